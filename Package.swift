@@ -1,0 +1,62 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "poopypals",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "poopypals", targets: ["poopypals"]),
+        .library(name: "PostgresClient", targets: ["PostgresClient"]),
+        .library(name: "PoopyPalsData", targets: ["PoopyPalsData"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // The C boundary: only PostgresClient imports this.
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
+        ),
+        .target(
+            name: "PostgresClient",
+            dependencies: [
+                "CLibPQ",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "PoopyPalsData",
+            dependencies: [
+                "PostgresClient",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "poopypals",
+            dependencies: [
+                "PoopyPalsData",
+                "PostgresClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Shared by the test targets only: databases of their own for integration tests.
+        .target(
+            name: "TestSupport",
+            dependencies: ["PostgresClient"],
+            path: "Tests/TestSupport"
+        ),
+        .testTarget(
+            name: "PostgresClientTests",
+            dependencies: ["PostgresClient", "TestSupport"]
+        ),
+        .testTarget(
+            name: "PoopyPalsDataTests",
+            // Depends on the executable so `swift test` builds it for the CLI tests.
+            dependencies: ["PoopyPalsData", "PostgresClient", "TestSupport", "poopypals"]
+        ),
+    ]
+)

@@ -1,0 +1,47 @@
+import Foundation
+
+/// Where and how to connect.
+public struct ConnectionConfiguration: Sendable {
+    /// A libpq connection URI (`postgresql://…`) or `key=value` string, handed to libpq untouched.
+    /// `nil` means libpq's own `PG*` environment variables and defaults.
+    public var connectionString: String?
+    /// Overrides the database named by `connectionString` (used by tests to reach a database of their own).
+    public var database: String?
+    /// Reported in `pg_stat_activity` unless the connection string sets `application_name`.
+    public var applicationName: String
+    /// Seconds libpq waits for a connection, unless the connection string sets `connect_timeout`.
+    public var connectTimeoutSeconds: Int
+    /// Caches named prepared statements per connection. Turn off behind a pooler that cannot keep them
+    /// across transactions (PgBouncer before 1.21 in transaction mode): statements are then sent unnamed,
+    /// still in one round trip each.
+    public var statementCache: Bool
+
+    public init(
+        connectionString: String? = nil, database: String? = nil, applicationName: String = "poopypals",
+        connectTimeoutSeconds: Int = 10, statementCache: Bool = true
+    ) {
+        self.connectionString = connectionString
+        self.database = database
+        self.applicationName = applicationName
+        self.connectTimeoutSeconds = connectTimeoutSeconds
+        self.statementCache = statementCache
+    }
+
+    /// The explicit URL if given, else `DATABASE_URL`, else libpq's `PG*` variables. Empty values count as unset.
+    public static func resolve(
+        databaseURL: String?, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> ConnectionConfiguration {
+        let explicit = databaseURL.flatMap { $0.isEmpty ? nil : $0 }
+        let fromEnvironment = environment["DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        var configuration = ConnectionConfiguration(connectionString: explicit ?? fromEnvironment)
+        if let cache = environment["POOPYPALS_STATEMENT_CACHE"], ["0", "off", "false", "no"].contains(cache.lowercased()) {
+            configuration.statementCache = false
+        }
+        return configuration
+    }
+
+    /// Secrets that must never appear in a message: the password in the connection string.
+    var secrets: [String] {
+        connectionString.map(ConnectionStringSecrets.passwords(in:)) ?? []
+    }
+}

@@ -1,0 +1,66 @@
+/// An error raised on the client side: the server never saw the statement, or the connection failed.
+/// Messages never contain passwords or bound values.
+public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// Connecting failed (server unreachable, authentication failed, bad connection string).
+        case connectionFailed
+        /// The connection broke while in use; whether the statement ran is unknown.
+        case connectionLost
+        /// A bound value cannot be sent as is (for example a string with a NUL byte).
+        case invalidParameter
+        /// The pool could not hand out a connection within its timeout.
+        case poolTimeout
+        /// The pool was closed.
+        case poolClosed
+        /// libpq or the server did something this client does not handle (for example COPY).
+        case unsupported
+    }
+
+    public let kind: Kind
+    public let message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// A value could not be decoded into the requested Swift type. Names the column and the types, never the value.
+public struct PostgresDecodingError: Error, Sendable, CustomStringConvertible {
+    public let column: String
+    public let expected: String
+    /// PostgreSQL type name of the column (for example `int4`), or its OID when unknown.
+    public let actualType: String
+    public let reason: String
+
+    public var description: String {
+        "cannot decode column \"\(column)\" of type \(actualType) as \(expected): \(reason)"
+    }
+}
+
+/// A transaction step failed outside the body: beginning, committing or rolling back.
+///
+/// An error thrown by the body itself is rethrown unchanged after the rollback (so callers can catch their
+/// own errors); it is wrapped here, as `bodyError`, only when the rollback failed too.
+public struct TransactionError: Error, Sendable, CustomStringConvertible {
+    public enum Phase: String, Sendable { case begin, body, rollback, commit }
+
+    public let phase: Phase
+    public let underlying: any Error
+    /// With `phase == .rollback`: the body's error that led to the rollback.
+    public let bodyError: (any Error)?
+
+    public init(phase: Phase, underlying: any Error, bodyError: (any Error)? = nil) {
+        self.phase = phase
+        self.underlying = underlying
+        self.bodyError = bodyError
+    }
+
+    public var description: String {
+        var text = "transaction failed at \(phase.rawValue): \(underlying)"
+        if let bodyError { text += " (after the body failed: \(bodyError))" }
+        return text
+    }
+}

@@ -1,0 +1,99 @@
+internal import CLibPQ
+
+/// The rows of one statement. Owns its `PGresult` and clears it on deinit.
+///
+/// A `PGresult` is independent of its connection and never mutated after it is returned, so reading it from
+/// any thread is safe: hence `@unchecked Sendable`.
+public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
+    private let handle: OpaquePointer
+    /// The command tag, such as `INSERT 0 1`.
+    public let commandTag: String
+    /// Column names and types, in order.
+    public let columns: [(name: String, type: PostgresType)]
+    private let columnIndex: [String: Int]
+    public let startIndex = 0
+    public let endIndex: Int
+
+    init(taking handle: OpaquePointer) {
+        self.handle = handle
+        endIndex = Int(PQntuples(handle))
+        commandTag = String(cString: PQcmdStatus(handle))
+        let count = Int(PQnfields(handle))
+        var columns: [(name: String, type: PostgresType)] = []
+        var index: [String: Int] = [:]
+        columns.reserveCapacity(count)
+        for column in 0..<count {
+            let name = String(cString: PQfname(handle, Int32(column)))
+            columns.append((name, PostgresType(rawValue: PQftype(handle, Int32(column)))))
+            if index[name] == nil { index[name] = column }
+        }
+        self.columns = columns
+        columnIndex = index
+    }
+
+    deinit { PQclear(handle) }
+
+    var status: ExecStatusType { PQresultStatus(handle) }
+
+    /// The server's error for a failed statement, with every diagnostic field; nil when libpq made the error
+    /// itself (no SQLSTATE: a lost connection).
+    var serverError: PostgresError? {
+        func field(_ code: Int32) -> String? {
+            PQresultErrorField(handle, code).map { String(cString: $0) }
+        }
+        guard let state = field(CLIBPQ_DIAG_SQLSTATE) else { return nil }
+        return PostgresError(
+            sqlState: SQLState(rawValue: state),
+            severity: field(CLIBPQ_DIAG_SEVERITY_NONLOCALIZED) ?? "ERROR",
+            message: field(CLIBPQ_DIAG_MESSAGE_PRIMARY) ?? "",
+            detail: field(CLIBPQ_DIAG_MESSAGE_DETAIL), hint: field(CLIBPQ_DIAG_MESSAGE_HINT),
+            schema: field(CLIBPQ_DIAG_SCHEMA_NAME), table: field(CLIBPQ_DIAG_TABLE_NAME),
+            column: field(CLIBPQ_DIAG_COLUMN_NAME), dataType: field(CLIBPQ_DIAG_DATATYPE_NAME),
+            constraint: field(CLIBPQ_DIAG_CONSTRAINT_NAME), position: field(CLIBPQ_DIAG_STATEMENT_POSITION).flatMap { Int($0) })
+    }
+
+    /// Rows inserted, updated, deleted, or selected, as the server counted them.
+    public var rowsAffected: Int { Int(String(cString: PQcmdTuples(handle))) ?? 0 }
+
+    public subscript(position: Int) -> Row { Row(result: self, row: position) }
+
+    /// The column number for `name`, matched exactly (no case folding, unlike `PQfnumber`).
+    func columnNumber(_ name: String) -> Int? { columnIndex[name] }
+
+    func decode<T: PostgresDecodable>(_ type: T.Type, row: Int, column: Int) throws -> T {
+        guard column >= 0, column < columns.count else {
+            throw PostgresDecodingError(column: "#\(column)", expected: "\(T.self)", actualType: "none",
+                                        reason: "no such column")
+        }
+        do {
+            if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return try T.decodeNull() }
+            let text = String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
+            return try T.decode(postgresText: text, type: columns[column].type)
+        } catch let failure as PostgresDecodingFailure {
+            throw PostgresDecodingError(column: columns[column].name, expected: "\(T.self)",
+                                        actualType: columns[column].type.description, reason: failure.reason)
+        }
+    }
+}
+
+/// One row of a `QueryResult`.
+public struct Row: Sendable {
+    let result: QueryResult
+    let row: Int
+
+    /// Decodes the column named `column`.
+    /// - Throws: `PostgresDecodingError` naming the column and expected type.
+    public func decode<T: PostgresDecodable>(_ column: String, as type: T.Type = T.self) throws -> T {
+        guard let number = result.columnNumber(column) else {
+            throw PostgresDecodingError(column: column, expected: "\(T.self)", actualType: "none",
+                                        reason: "no such column in the result")
+        }
+        return try result.decode(type, row: row, column: number)
+    }
+
+    /// Decodes the column at `index` (0-based).
+    /// - Throws: `PostgresDecodingError` naming the column and expected type.
+    public func decode<T: PostgresDecodable>(_ index: Int, as type: T.Type = T.self) throws -> T {
+        try result.decode(type, row: row, column: index)
+    }
+}

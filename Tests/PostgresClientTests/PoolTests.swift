@@ -1,0 +1,196 @@
+import Foundation
+@testable import PostgresClient
+
+import Testing
+import TestSupport
+
+@Suite("Connection pool")
+struct PoolTests {
+    @Test func thirtyTwoConcurrentTasksOnAPoolOfFourAllFinish() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 4)
+            let peak = Locked(0)
+            let backends = try await withThrowingTaskGroup(of: Int32.self) { group in
+                for i in 0..<32 {
+                    group.addTask {
+                        try await pool.withConnection { conn in
+                            peak.withLock { $0 = max($0, pool.statistics.inUse) }
+                            try conn.query("SELECT pg_sleep(0.02), \(i)")
+                            return conn.serverProcessID
+                        }
+                    }
+                }
+                return try await group.reduce(into: Set<Int32>()) { $0.insert($1) }
+            }
+            #expect(backends.count <= 4)
+            #expect(peak.withLock { $0 } == 4)
+            #expect(pool.statistics == .init(open: 4, inUse: 0, idle: 4, waiting: 0))
+            await pool.close()
+        }
+    }
+
+    @Test func bodyRunsOnADedicatedThreadNotTheCooperativePool() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 2)
+            let onConnectionThread = try await pool.withConnection { _ in ConnectionThread.isCurrent }
+            #expect(onConnectionThread)
+            #expect(!ConnectionThread.isCurrent)
+            await pool.close()
+        }
+    }
+
+    @Test func terminatedBackendsAreReplacedAndTheNextBorrowsSucceed() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 4)
+            let before = try await Self.holdAll(pool, count: 4)
+            #expect(before.count == 4)
+            // Terminate every pooled backend from outside, waiting until each has exited.
+            try await db.withConnection { conn in
+                for pid in before {
+                    let terminated = try conn.query("SELECT pg_terminate_backend(\(pid), 5000)")[0].decode(0, as: Bool.self)
+                    #expect(terminated)
+                }
+            }
+            let after = try await Self.holdAll(pool, count: 4)
+            #expect(after.count == 4)
+            #expect(after.isDisjoint(with: before))
+            await pool.close()
+        }
+    }
+
+    @Test func connectionLostMidBodyIsReportedAndReplaced() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let error = await #expect(throws: PostgresClientError.self) {
+                try await pool.withConnection { conn in
+                    _ = try? conn.query("SELECT pg_terminate_backend(pg_backend_pid())")
+                    try conn.query("SELECT 1")
+                }
+            }
+            #expect(error?.kind == .connectionLost)
+            let value = try await pool.withConnection { try $0.query("SELECT 7")[0].decode(0, as: Int.self) }
+            #expect(value == 7)
+            await pool.close()
+        }
+    }
+
+    @Test func waitersTimeOutWithAClearError() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1, acquireTimeout: .milliseconds(200))
+            async let holder: Void = pool.withConnection { conn in try conn.query("SELECT pg_sleep(1.5)") }
+            try await Task.sleep(for: .milliseconds(300))
+            let started = ContinuousClock.now
+            let error = await #expect(throws: PostgresClientError.self) {
+                try await pool.withConnection { _ in }
+            }
+            #expect(error?.kind == .poolTimeout)
+            #expect(ContinuousClock.now - started < .seconds(1))
+            try await holder
+            await pool.close()
+        }
+    }
+
+    @Test func waitersAreServedInArrivalOrder() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let order = Locked<[Int]>([])
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { _ = try await pool.withConnection { conn in try conn.query("SELECT pg_sleep(0.3)") } }
+                try await Task.sleep(for: .milliseconds(100))
+                for i in 0..<5 {
+                    group.addTask { try await pool.withConnection { _ in order.withLock { $0.append(i) } } }
+                    try await Task.sleep(for: .milliseconds(30))
+                }
+                try await group.waitForAll()
+            }
+            #expect(order.withLock { $0 } == [0, 1, 2, 3, 4])
+            await pool.close()
+        }
+    }
+
+    @Test func closedPoolRefusesBorrowers() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            try await pool.withConnection { try $0.query("SELECT 1") }
+            await pool.close()
+            let error = await #expect(throws: PostgresClientError.self) { try await pool.withConnection { _ in } }
+            #expect(error?.kind == .poolClosed)
+        }
+    }
+
+    @Test func openTransactionLeftByABodyIsRolledBackBeforeReuse() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            try await pool.withConnection { conn in
+                try conn.executeScript("CREATE TABLE t (v int)")
+                try conn.executeScript("BEGIN; INSERT INTO t VALUES (1)")
+            }
+            let state = try await pool.withConnection { conn in
+                (conn.transactionState, try conn.query("SELECT count(*) FROM t")[0].decode(0, as: Int.self))
+            }
+            #expect(state.0 == .idle)
+            #expect(state.1 == 0)
+            await pool.close()
+        }
+    }
+
+    /// Borrows `count` connections at once and returns their backend pids.
+    static func holdAll(_ pool: ConnectionPool, count: Int) async throws -> Set<Int32> {
+        try await withThrowingTaskGroup(of: Int32.self) { group in
+            for _ in 0..<count {
+                group.addTask {
+                    try await pool.withConnection { conn in
+                        try conn.query("SELECT pg_sleep(0.1)")
+                        return conn.serverProcessID
+                    }
+                }
+            }
+            return try await group.reduce(into: Set<Int32>()) { $0.insert($1) }
+        }
+    }
+}
+
+@Suite("Connecting")
+struct ConnectTests {
+    @Test func unreachableServerFailsFastWithoutThePassword() async throws {
+        let url = "postgresql://someone:hunter2-Secret@127.0.0.1:1/app"
+        let pool = ConnectionPool(configuration: .init(connection: .init(connectionString: url), maxConnections: 1))
+        let started = ContinuousClock.now
+        let error = await #expect(throws: PostgresClientError.self) { try await pool.withConnection { _ in } }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(error?.kind == .connectionFailed)
+        #expect(error?.message.contains("hunter2") == false)
+        #expect(error?.message.contains("127.0.0.1") == true)
+        await pool.close()
+    }
+
+    @Test func wrongPasswordIsReportedWithoutEchoingIt() async throws {
+        let server = try TestDatabase.serverConfiguration()
+        var configuration = server
+        configuration.connectionString = (server.connectionString ?? "") + (server.connectionString?.contains("?") == true ? "&" : "?") + "password=WrongHorseBattery"
+        let pool = ConnectionPool(configuration: .init(connection: configuration, maxConnections: 1))
+        let error = await #expect(throws: PostgresClientError.self) { try await pool.withConnection { _ in } }
+        #expect(error?.kind == .connectionFailed)
+        #expect(error?.message.contains("WrongHorseBattery") == false)
+        #expect(error?.message.contains("password authentication failed") == true)
+        await pool.close()
+    }
+
+    @Test func invalidConnectionStringIsAClearErrorWithoutThePassword() async throws {
+        let url = "postgresql://u:topsecret%zz@127.0.0.1:5432/db"
+        let pool = ConnectionPool(configuration: .init(connection: .init(connectionString: url), maxConnections: 1))
+        let error = await #expect(throws: PostgresClientError.self) { try await pool.withConnection { _ in } }
+        #expect(error?.kind == .connectionFailed)
+        #expect(error?.message.contains("topsecret") == false)
+        await pool.close()
+    }
+
+    @Test func pgEnvironmentVariablesAreUsedWhenNoURLIsGiven() {
+        let configuration = ConnectionConfiguration.resolve(databaseURL: nil, environment: ["PGHOST": "h"])
+        #expect(configuration.connectionString == nil)
+        let fromEnvironment = ConnectionConfiguration.resolve(databaseURL: "", environment: ["DATABASE_URL": "postgresql:///x"])
+        #expect(fromEnvironment.connectionString == "postgresql:///x")
+        let explicit = ConnectionConfiguration.resolve(databaseURL: "postgresql:///flag", environment: ["DATABASE_URL": "postgresql:///env"])
+        #expect(explicit.connectionString == "postgresql:///flag")
+    }
+}

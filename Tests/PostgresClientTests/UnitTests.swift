@@ -1,0 +1,63 @@
+import Foundation
+@testable import PostgresClient
+import Testing
+
+@Suite("No database needed")
+struct UnitTests {
+    @Test func interpolationBindsValuesAndOnlyUnescapedIsRaw() {
+        let email = "x'); DROP TABLE users; --"
+        let table = "users"
+        let query: PostgresQuery = "SELECT * FROM \(unescaped: table) WHERE email = \(email) AND age > \(3)"
+        #expect(query.sql == "SELECT * FROM users WHERE email = $1 AND age > $2")
+        #expect(query.binds == [email, "3"])
+        #expect(query.description.contains("DROP") == false)
+    }
+
+    @Test func dateTextRoundTripsAtMicrosecondPrecision() throws {
+        for seconds in [0.0, -1.5, 1_700_000_000.123456, -62_135_596_800, 253_402_300_799.5, 300_000_000_000.25] {
+            let date = Date(timeIntervalSince1970: seconds)
+            let parsed = try #require(PostgresDate.parse(PostgresDate.format(date)))
+            #expect(abs(parsed.timeIntervalSince1970 - seconds) < 0.000_001)
+        }
+        #expect(PostgresDate.parse("2026-11-21 10:00:00+05:30") == PostgresDate.parse("2026-11-21 04:30:00+00"))
+        #expect(PostgresDate.parse("2026-11-21 00:00:00-03:30:15")?.timeIntervalSince1970 == 1_795_231_815)
+        #expect(PostgresDate.parse("infinity") == nil)
+        #expect(PostgresDate.parse("2026-13-01") == nil)
+        #expect(PostgresDate.parse("2026-11-21 10:00:00 junk") == nil)
+    }
+
+    @Test func sqlStateKeepsUnknownCodesAndMatchesByCodeAndClass() {
+        let unknown = SQLState(rawValue: "XX999")
+        #expect(unknown.name == nil)
+        #expect(unknown.description == "XX999")
+        #expect(SQLState.uniqueViolation.errorClass == .integrityConstraintViolation)
+        let error = PostgresError(sqlState: .uniqueViolation, message: "duplicate key", constraint: "users_email_unique")
+        let wrapped: any Error = TransactionError(phase: .commit, underlying: error)
+        #expect(SQLState.uniqueViolation ~= wrapped)
+        #expect(!(SQLState.checkViolation ~= wrapped))
+    }
+
+    @Test func errorDescriptionNeverPrintsValues() {
+        let dataError = PostgresError(sqlState: .invalidTextRepresentation,
+                                      message: "invalid input syntax for type uuid: \"my-secret-device\"")
+        #expect(!dataError.description.contains("my-secret-device"))
+        #expect(dataError.description.contains("22P02"))
+        let unique = PostgresError(sqlState: .uniqueViolation,
+                                   message: "duplicate key value violates unique constraint \"users_email_unique\"",
+                                   detail: "Key (email)=(chris@example.com) already exists.",
+                                   table: "users", constraint: "users_email_unique")
+        #expect(!unique.description.contains("chris@example.com"))
+        #expect(unique.description.contains("users_email_unique"))
+        #expect(unique.debugDescription.contains("chris@example.com"))
+    }
+
+    @Test func passwordsAreScrubbedFromConnectionMessages() {
+        let url = "postgresql://app:s3cr%3Dt@db.invalid:5432/app"
+        let password = ConnectionStringSecrets.password(in: url)
+        #expect(password == "s3cr=t")
+        let scrubbed = ConnectionStringSecrets.scrub("failed for s3cr=t and s3cr%3Dt", secrets: [password!, "s3cr%3Dt"])
+        #expect(scrubbed == "failed for *** and ***")
+        #expect(ConnectionStringSecrets.password(in: "host=x password='p w' user=u") == "p w")
+        #expect(ConnectionStringSecrets.password(in: "postgresql://u:raw%zzpw@h/db") == "raw%zzpw")
+    }
+}
