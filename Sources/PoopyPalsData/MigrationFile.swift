@@ -1,0 +1,69 @@
+import Foundation
+
+/// One file `sql/NNNN_snake_name.sql`.
+public struct MigrationFile: Sendable, Equatable {
+    /// The header line that makes a file run outside a transaction, statement by statement.
+    public static let noTransactionHeader = "-- poopypals:no-transaction"
+
+    public let version: Int64
+    public let name: String
+    public let fileName: String
+    public let sql: String
+    /// SHA-256 of the text with line endings and trailing whitespace normalised.
+    public let checksum: String
+    public let runsInTransaction: Bool
+
+    public init(fileName: String, sql: String) throws {
+        guard fileName.hasSuffix(".sql"), let underscore = fileName.firstIndex(of: "_"),
+              let version = Int64(fileName[..<underscore]), version > 0
+        else { throw MigrationError.invalidFileName(fileName) }
+        let name = String(fileName[fileName.index(after: underscore)...].dropLast(4))
+        guard !name.isEmpty, name.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "_" }), name.allSatisfy(\.isASCII)
+        else { throw MigrationError.invalidFileName(fileName) }
+        self.version = version
+        self.name = name
+        self.fileName = fileName
+        self.sql = sql
+        checksum = Self.checksum(of: sql)
+        let firstLine = sql.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        runsInTransaction = firstLine.trimmingCharacters(in: .whitespaces) != Self.noTransactionHeader
+    }
+
+    /// The checksum ignores CRLF versus LF, a byte-order mark, trailing whitespace and trailing blank lines,
+    /// so that an editor or a git setting cannot make a shipped file look changed.
+    public static func checksum(of sql: String) -> String {
+        var text = sql.replacingOccurrences(of: "\r\n", with: "\n").replacingOccurrences(of: "\r", with: "\n")
+        if text.hasPrefix("\u{FEFF}") { text.removeFirst() }
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            var line = Substring(line)
+            while let last = line.last, last == " " || last == "\t" { line.removeLast() }
+            return line
+        }
+        while let last = lines.last, last.isEmpty { lines.removeLast() }
+        return SHA256.hex(lines.joined(separator: "\n").utf8)
+    }
+
+    /// Reads every `.sql` file of `directory`, sorted by version.
+    /// - Throws: `MigrationError` for a missing directory, a badly named file or a duplicate version.
+    public static func load(directory: URL) throws -> [MigrationFile] {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        } catch {
+            throw MigrationError.directoryNotFound(directory.path)
+        }
+        var files: [MigrationFile] = []
+        for fileName in names where fileName.hasSuffix(".sql") {
+            let url = directory.appendingPathComponent(fileName)
+            guard let data = FileManager.default.contents(atPath: url.path),
+                  let sql = String(data: data, encoding: .utf8)
+            else { throw MigrationError.unreadableFile(fileName) }
+            files.append(try MigrationFile(fileName: fileName, sql: sql))
+        }
+        files.sort { $0.version < $1.version }
+        for (previous, next) in zip(files, files.dropFirst()) where previous.version == next.version {
+            throw MigrationError.duplicateVersion(previous.version, [previous.fileName, next.fileName])
+        }
+        return files
+    }
+}

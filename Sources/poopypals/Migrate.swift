@@ -1,0 +1,126 @@
+import ArgumentParser
+import Foundation
+import PoopyPalsData
+import PostgresClient
+
+struct Migrate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Apply the SQL migrations in sql/, or show their status.",
+        subcommands: [Up.self, Status.self],
+        defaultSubcommand: Up.self
+    )
+}
+
+struct MigrationSourceOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("Folder of NNNN_name.sql files (default: $POOPYPALS_MIGRATIONS_DIR, else ./sql).", valueName: "dir"))
+    var migrationsDir: String?
+
+    func load() -> [MigrationFile] {
+        let path = migrationsDir ?? ProcessInfo.processInfo.environment["POOPYPALS_MIGRATIONS_DIR"] ?? "sql"
+        do {
+            return try MigrationFile.load(directory: URL(fileURLWithPath: path))
+        } catch {
+            fail("\(error)", status: .checkFailed)
+        }
+    }
+}
+
+extension Migrate {
+    struct Up: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Apply pending migrations (the default).",
+            discussion: "Exit status: 0 applied or up to date; 1 refused or failed; 2 database unreachable or bad configuration."
+        )
+
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var source: MigrationSourceOptions
+
+        @Flag(help: "Print the plan and the SQL; change nothing.")
+        var dryRun = false
+
+        @Option(help: "Apply up to and including this version.")
+        var target: Int64?
+
+        @Flag(help: "Apply files numbered below the latest applied version.")
+        var allowOutOfOrder = false
+
+        @Option(help: ArgumentHelp("lock_timeout for each migration (e.g. 5s, 500ms).", valueName: "duration"))
+        var lockTimeout = DurationArgument(argument: "5s")!
+
+        @Option(help: "Further attempts after a lock timeout, with backoff.")
+        var lockRetries = 3
+
+        @Option(help: ArgumentHelp("How long to wait for another migration run (e.g. 60s).", valueName: "duration"))
+        var lockWait = DurationArgument(argument: "60s")!
+
+        func validate() throws {
+            if let target, target <= 0 { throw ValidationError("--target must be a positive version number") }
+            if lockRetries < 0 || lockRetries > 20 { throw ValidationError("--lock-retries must be between 0 and 20") }
+        }
+
+        func run() throws {
+            let files = source.load()
+            var options = Migrator.Options()
+            options.target = target
+            options.allowOutOfOrder = allowOutOfOrder
+            options.lockTimeout = lockTimeout.duration
+            options.lockRetries = lockRetries
+            options.advisoryLockWait = lockWait.duration
+            let migrator = Migrator(files: files, options: options)
+            let connection = try connection.connect()
+            do {
+                if dryRun {
+                    print(try DryRun.render(plan: migrator.plan(on: connection), status: migrator.status(on: connection)))
+                    return
+                }
+                let applied = try migrator.migrate(on: connection)
+                let version = try migrator.status(on: connection).currentVersion.map { String($0) } ?? "none"
+                print(applied.isEmpty
+                      ? "Nothing to apply; the database is at version \(version)."
+                      : "Applied \(applied.count) migration\(applied.count == 1 ? "" : "s"); the database is at version \(version).")
+            } catch {
+                fail("\(error)", status: connection.isOpen ? .problem : .checkFailed)
+            }
+        }
+    }
+
+    struct Status: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show each migration and whether it is applied.",
+            discussion: "Exit status: 0 up to date; 1 anything pending, drifted or missing; 2 the check failed."
+        )
+
+        @OptionGroup var connection: ConnectionOptions
+        @OptionGroup var source: MigrationSourceOptions
+
+        @Flag(help: "Print JSON instead of a table.")
+        var json = false
+
+        func run() throws {
+            let migrator = Migrator(files: source.load())
+            let connection = try connection.connect()
+            let status: MigrationStatus
+            do {
+                status = try migrator.status(on: connection)
+                print(json ? try status.json() : status.table())
+            } catch {
+                fail("\(error)", status: .checkFailed)
+            }
+            if !status.isUpToDate { throw ExitCode(ExitStatus.problem.rawValue) }
+        }
+    }
+}
+
+/// What `migrate --dry-run` prints.
+enum DryRun {
+    static func render(plan: [MigrationFile], status: MigrationStatus) -> String {
+        let version = status.currentVersion.map { String($0) } ?? "none"
+        guard !plan.isEmpty else { return "Nothing to apply; the database is at version \(version).\nDry run: nothing was changed." }
+        var text = "Would apply \(plan.count) migration\(plan.count == 1 ? "" : "s") (the database is at version \(version)):\n"
+        for file in plan {
+            text += "\n-- >>> \(file.fileName) (\(file.runsInTransaction ? "in one transaction" : "no transaction, statement by statement"))\n"
+            text += file.sql.hasSuffix("\n") ? file.sql : file.sql + "\n"
+        }
+        return text + "\nDry run: nothing was changed."
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("poopypals migrate (the built binary)")
+struct MigrateCommandTests {
+    @Test func statusExitCodesAndDryRunThatChangesNothing() async throws {
+        try await TestDatabase.with { db in
+            let url = db.url
+            // The default folder is ./sql, relative to the working directory: pass it explicitly here.
+            let sql = ["--migrations-dir", TestProject.migrationsDirectory.path]
+            let status = try await TestProject.run(["migrate", "status", "--database-url", url] + sql)
+            #expect(status.status == 1)
+            #expect(status.stdout.contains("VERSION  NAME"))
+            #expect(status.stdout.contains("0001     create_users"))
+            #expect(status.stdout.contains("pending"))
+
+            let dryRun = try await TestProject.run(["migrate", "--dry-run", "--database-url", url] + sql)
+            #expect(dryRun.status == 0)
+            #expect(dryRun.stdout.contains("Would apply"))
+            #expect(dryRun.stdout.contains("CREATE TABLE IF NOT EXISTS users"))
+            #expect(dryRun.stdout.contains("Dry run: nothing was changed."))
+            let untouched = try await db.withConnection { conn in
+                try conn.query("SELECT to_regclass('schema_migrations') IS NULL AND to_regclass('users') IS NULL")[0].decode(0, as: Bool.self)
+            }
+            #expect(untouched)
+
+            let up = try await TestProject.run(["migrate", "--database-url", url] + sql)
+            #expect(up.status == 0, "stderr: \(up.stderr)")
+            #expect(up.stdout.contains("Applied"))
+
+            let json = try await TestProject.run(["migrate", "status", "--json", "--database-url", url] + sql)
+            #expect(json.status == 0)
+            let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+            #expect(document?["upToDate"] as? Bool == true)
+            #expect((document?["migrations"] as? [[String: Any]])?.allSatisfy { $0["state"] as? String == "applied" } == true)
+        }
+    }
+
+    @Test func pgEnvironmentVariablesWorkWithoutAURL() async throws {
+        try await TestDatabase.with { db in
+            guard let components = URLComponents(string: db.url) else { throw SetupError("test URL is not a URI") }
+            let environment = [
+                "PGHOST": components.host ?? "127.0.0.1", "PGPORT": "\(components.port ?? 5432)",
+                "PGUSER": components.user ?? "", "PGPASSWORD": components.password ?? "", "PGDATABASE": db.name,
+            ]
+            let output = try await TestProject.run(
+                ["migrate", "status", "--migrations-dir", TestProject.migrationsDirectory.path], environment: environment)
+            #expect(output.status == 1)
+            #expect(output.stdout.contains("pending"))
+        }
+    }
+
+    @Test func unreachableDatabaseExitsTwoWithoutThePassword() async throws {
+        let output = try await TestProject.run([
+            "migrate", "status", "--migrations-dir", TestProject.migrationsDirectory.path,
+            "--database-url", "postgresql://app:Sup3rSecretPw@127.0.0.1:1/app",
+        ])
+        #expect(output.status == 2)
+        #expect(output.stderr.contains("cannot connect"))
+        #expect(!output.stderr.contains("Sup3rSecretPw"))
+        #expect(!output.stdout.contains("Sup3rSecretPw"))
+    }
+
+    @Test func missingMigrationsFolderAndBadArgumentsAreClearErrors() async throws {
+        let missing = try await TestProject.run(["migrate", "--migrations-dir", "/nonexistent/sql", "--database-url", "postgresql://x@127.0.0.1:1/x"])
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("migrations directory '/nonexistent/sql' not found"))
+        let badTarget = try await TestProject.run(["migrate", "--target", "0"])
+        #expect(badTarget.status != 0)
+        #expect(badTarget.stderr.contains("--target must be a positive version number"))
+        let badDuration = try await TestProject.run(["migrate", "--lock-timeout", "soon"])
+        #expect(badDuration.status != 0)
+        #expect(badDuration.stderr.contains("lock-timeout"))
+    }
+}

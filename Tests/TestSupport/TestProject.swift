@@ -1,0 +1,85 @@
+import Foundation
+import PostgresClient
+
+/// Paths and processes of the project under test.
+public enum TestProject {
+    /// The package root (this file is Tests/TestSupport/TestProject.swift).
+    public static let root = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    public static let migrationsDirectory = root.appendingPathComponent("sql")
+
+    /// The built `poopypals` binary: beside the test bundle, or `POOPYPALS_BINARY`.
+    public static var binary: URL {
+        if let path = ProcessInfo.processInfo.environment["POOPYPALS_BINARY"] { return URL(fileURLWithPath: path) }
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent("poopypals")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+            directory.deleteLastPathComponent()
+        }
+        return root.appendingPathComponent(".build/debug/poopypals")
+    }
+
+    public struct Output: Sendable {
+        public let status: Int32
+        public let stdout: String
+        public let stderr: String
+    }
+
+    /// Runs the CLI with `arguments`, waiting at most `timeout`.
+    public static func run(
+        _ arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(60)
+    ) async throws -> Output {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["DATABASE_URL"] = nil
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Read both pipes while the process runs, so a chatty child never blocks on a full pipe.
+        async let out = Task.detached { stdout.fileHandleForReading.readDataToEndOfFile() }.value
+        async let err = Task.detached { stderr.fileHandleForReading.readDataToEndOfFile() }.value
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            if ContinuousClock.now > deadline {
+                process.terminate()
+                throw SetupError("poopypals \(arguments.joined(separator: " ")) did not finish within \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return Output(status: process.terminationStatus,
+                      stdout: String(decoding: await out, as: UTF8.self),
+                      stderr: String(decoding: await err, as: UTF8.self))
+    }
+
+    /// A folder of migration files for one test, removed by the caller with `FileManager.removeItem`.
+    public static func migrationFolder(_ files: [String: String]) throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-mig-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for (name, sql) in files {
+            try sql.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+        return folder
+    }
+}
+
+extension TestDatabase {
+    /// A connection URL for this database, for child processes. Test code only: it carries the password
+    /// of the test server's URL along.
+    public var url: String {
+        let base = configuration.connectionString ?? ""
+        if var components = URLComponents(string: base), components.scheme?.hasPrefix("postgres") == true {
+            components.path = "/" + name
+            return components.string ?? base
+        }
+        return base + " dbname=" + name
+    }
+}
