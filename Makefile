@@ -1,0 +1,36 @@
+# Everything starts the project's own PostgreSQL (scripts/db.sh) unless DATABASE_URL is set.
+SHELL := /bin/bash
+SWIFT ?= swift
+BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
+
+.PHONY: run test build db-start db-stop db-reset migrate status
+
+## make run: start PostgreSQL, apply migrations, show their status
+run: build
+	@export DATABASE_URL="$$(scripts/db.sh start)" && \
+	  "$(BIN)" migrate && \
+	  "$(BIN)" migrate status
+
+## make test: start PostgreSQL, build, run every test
+test:
+	@export DATABASE_URL="$$(scripts/db.sh start)" && \
+	  $(SWIFT) test --disable-xctest
+
+build:
+	@$(SWIFT) build
+
+migrate: build
+	@export DATABASE_URL="$$(scripts/db.sh start)" && "$(BIN)" migrate
+
+status: build
+	@export DATABASE_URL="$$(scripts/db.sh start)" && "$(BIN)" migrate status
+
+db-start:
+	@scripts/db.sh start
+
+db-stop:
+	@scripts/db.sh stop
+
+## make db-reset: stop the throw-away PostgreSQL and delete its data
+db-reset:
+	@scripts/db.sh reset
