@@ -7,23 +7,24 @@ BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
 ## make run: start PostgreSQL, apply migrations, show their status
 run: build
-	@export DATABASE_URL="$$(scripts/db.sh start)" && \
+	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && \
 	  "$(BIN)" migrate && \
 	  "$(BIN)" migrate status
 
-## make test: start PostgreSQL, build, run every test
+## make test: start PostgreSQL and PgBouncer, build, run every test
 test:
-	@export DATABASE_URL="$$(scripts/db.sh start)" && \
+	@url="$$(scripts/db.sh start)" && bouncer="$$(scripts/db.sh pgbouncer)" && \
+	  export DATABASE_URL="$$url" PGBOUNCER_URL="$$bouncer" && \
 	  $(SWIFT) test --disable-xctest
 
 build:
 	@$(SWIFT) build
 
 migrate: build
-	@export DATABASE_URL="$$(scripts/db.sh start)" && "$(BIN)" migrate
+	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && "$(BIN)" migrate
 
 status: build
-	@export DATABASE_URL="$$(scripts/db.sh start)" && "$(BIN)" migrate status
+	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && "$(BIN)" migrate status
 
 db-start:
 	@scripts/db.sh start

@@ -12,6 +12,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         // The C boundary: only PostgresClient imports this.
@@ -32,6 +33,7 @@ let package = Package(
             dependencies: [
                 "PostgresClient",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
         .executableTarget(
@@ -46,7 +48,7 @@ let package = Package(
         // Shared by the test targets only: databases of their own for integration tests.
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient"],
+            dependencies: ["PostgresClient", "PoopyPalsData"],
             path: "Tests/TestSupport"
         ),
         .testTarget(
@@ -56,7 +58,10 @@ let package = Package(
         .testTarget(
             name: "PoopyPalsDataTests",
             // Depends on the executable so `swift test` builds it for the CLI tests.
-            dependencies: ["PoopyPalsData", "PostgresClient", "TestSupport", "poopypals"]
+            dependencies: [
+                "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]
         ),
     ]
 )

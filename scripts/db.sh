@@ -6,6 +6,7 @@
 #   scripts/db.sh status   say what is running
 #   scripts/db.sh stop     stop the throw-away server (data is kept)
 #   scripts/db.sh reset    stop it and delete its data
+#   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
 #
 # Order of preference: DATABASE_URL if set; else local PostgreSQL server binaries (a throw-away cluster in
 # .pg/, on 127.0.0.1 only, as the `postgres` user when run as root); else Docker (`docker compose`); else an
@@ -113,10 +114,69 @@ locate_state() {
   return 0
 }
 
+# PgBouncer in transaction-pooling mode in front of the throw-away server, for the isolation tests.
+start_pgbouncer() {
+  local url; url=$(cat "$STATE/url")
+  local dir="$STATE/pgbouncer"
+  if [ -f "$dir/url" ] && [ -f "$dir/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null; then
+    cat "$dir/url"; return 0
+  fi
+  local bin; bin=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null) || true
+  if [ -z "$bin" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      say "installing pgbouncer"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; }
+      bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+    else
+      die "pgbouncer not found (Debian/Ubuntu: apt-get install pgbouncer)"
+    fi
+  fi
+  # postgresql://poopypals:PASSWORD@127.0.0.1:PORT/poopypals, as written by init_cluster.
+  local password=${url#*://poopypals:}; password=${password%%@*}
+  local server_port; server_port=$(cat "$STATE/port")
+  local port=$((server_port + 100))
+  while port_in_use "$port"; do port=$((port + 1)); done
+  as_owner mkdir -p "$dir"
+  as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
+[databases]
+* = host=127.0.0.1 port=$server_port
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits,options
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+  echo "\"poopypals\" \"$password\"" | as_owner tee "$dir/userlist.txt" >/dev/null
+  as_owner chmod 600 "$dir/userlist.txt"
+  as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
+  for _ in $(seq 50); do port_in_use "$port" && break; sleep 0.1; done
+  port_in_use "$port" || die "pgbouncer is not listening on $port"
+  echo "postgresql://poopypals:${password}@127.0.0.1:${port}/poopypals" | as_owner tee "$dir/url"
+  say "PgBouncer (transaction pooling) on 127.0.0.1:$port"
+}
+
+stop_pgbouncer() {
+  local pidfile="$STATE/pgbouncer/pgbouncer.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"; say "pgbouncer stopped"
+  fi
+  return 0
+}
+
 cmd=${1:-start}
 if [ -n "${DATABASE_URL:-}" ] && [ "$cmd" != stop ] && [ "$cmd" != reset ]; then
   [ "$cmd" = status ] && say "using DATABASE_URL (not managed here)"
-  [ "$cmd" = start ] || [ "$cmd" = url ] && echo "$DATABASE_URL"
+  [ "$cmd" = pgbouncer ] && { [ -n "${PGBOUNCER_URL:-}" ] || die "DATABASE_URL is set: set PGBOUNCER_URL to a transaction-mode PgBouncer in front of it"; echo "$PGBOUNCER_URL"; }
+  { [ "$cmd" = start ] || [ "$cmd" = url ]; } && echo "$DATABASE_URL"
   exit 0
 fi
 locate_state
@@ -140,6 +200,9 @@ case "$cmd" in
   url)
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     cat "$STATE/url" ;;
+  pgbouncer)
+    [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
+    start_pgbouncer ;;
   status)
     if BINDIR=$(find_bindir) && [ -f "$STATE/url" ] && local_running; then
       say "running on 127.0.0.1:$(cat "$STATE/port") (data in $STATE/data)"
@@ -147,6 +210,7 @@ case "$cmd" in
       say "not running"; exit 1
     fi ;;
   stop|reset)
+    stop_pgbouncer
     if BINDIR=$(find_bindir) && [ -f "$STATE/data/PG_VERSION" ]; then
       if local_running; then as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -m fast -w stop >/dev/null; say "stopped"; fi
     elif docker_answers; then

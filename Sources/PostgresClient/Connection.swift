@@ -26,6 +26,8 @@ public final class Connection {
     public let configuration: ConnectionConfiguration
     private var preparedStatements: [String: String] = [:]
     var savepointDepth = 0
+    /// Network round trips made so far (one per pipeline Sync or simple query): what tests and benchmarks count.
+    public private(set) var roundTrips = 0
     /// Set when a protocol exchange was cut short; the connection is then never used again.
     private var isBroken = false
 
@@ -102,6 +104,12 @@ public final class Connection {
     /// Meant for a handful of small statements (libpq's blocking mode could stall on a huge batch).
     /// - Throws: `PostgresError`, or `PostgresClientError` before anything is sent for an invalid parameter.
     public func pipeline(_ queries: [PostgresQuery]) throws -> [QueryResult] {
+        try pipelineResults(queries).map { try $0.get() }
+    }
+
+    /// Like `pipeline(_:)`, but reports each statement's outcome: statements after a failure come back as
+    /// `PostgresClientError` "skipped". Throws only when nothing could be sent or the connection broke.
+    public func pipelineResults(_ queries: [PostgresQuery]) throws -> [Result<QueryResult, any Error>] {
         for query in queries {
             if let error = query.bindError { throw error }
             if query.sql.utf8.contains(0) {
@@ -133,22 +141,23 @@ public final class Connection {
             guard sent == 1 else { throw abandonPipeline() }
         }
         guard PQpipelineSync(pointer) == 1 else { throw abandonPipeline() }
+        roundTrips += 1
 
         // Read: each statement's results end with a NULL; the batch ends with PIPELINE_SYNC.
-        var results: [QueryResult] = []
-        var firstError: (any Error)?
+        var results: [Result<QueryResult, any Error>] = []
         var failedPrepares: Set<String> = []
         for (index, query) in queries.enumerated() {
-            if expectsPrepare[index] {
-                let prepared = try readStatementResult()
-                if let error = error(of: prepared) {
-                    failedPrepares.insert(query.sql)
-                    if firstError == nil { firstError = error }
-                }
+            var failure: (any Error)?
+            if expectsPrepare[index], let error = error(of: try readStatementResult()) {
+                failedPrepares.insert(query.sql)
+                failure = error
             }
             let result = try readStatementResult()
-            if firstError == nil, let error = error(of: result) { firstError = error }
-            results.append(result)
+            if let failure = failure ?? error(of: result) {
+                results.append(.failure(failure))
+            } else {
+                results.append(.success(result))
+            }
         }
         guard let sync = PQgetResult(pointer) else { throw abandonPipeline() }
         let syncStatus = PQresultStatus(sync)
@@ -156,10 +165,7 @@ public final class Connection {
         guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline() }
 
         for (sql, name) in newlyPrepared where !failedPrepares.contains(sql) { preparedStatements[sql] = name }
-        if let firstError {
-            forgetStaleStatements(after: firstError, queries: queries)
-            throw firstError
-        }
+        for case .failure(let error) in results { forgetStaleStatements(after: error, queries: queries) }
         return results
     }
 
@@ -172,6 +178,7 @@ public final class Connection {
             throw PostgresClientError(.invalidParameter, "the SQL text contains a NUL byte")
         }
         guard isOpen else { throw PostgresClientError(.connectionLost, "the connection is closed") }
+        roundTrips += 1
         guard let raw = PQexec(pointer, sql) else { throw connectionError() }
         let result = QueryResult(taking: raw)
         if let error = error(of: result) { throw error }
@@ -210,7 +217,7 @@ public final class Connection {
         switch result.status {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY: return nil
         case PGRES_PIPELINE_ABORTED:
-            return PostgresClientError(.unsupported, "statement skipped after an earlier failure in the pipeline")
+            return PostgresClientError(.skipped, "statement skipped after an earlier failure in the pipeline")
         case PGRES_FATAL_ERROR, PGRES_NONFATAL_ERROR, PGRES_BAD_RESPONSE:
             return result.serverError ?? connectionError()
         default:

@@ -12,6 +12,8 @@ public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConve
         case poolTimeout
         /// The pool was closed.
         case poolClosed
+        /// A pipelined statement that the server skipped because an earlier one failed.
+        case skipped
         /// libpq or the server did something this client does not handle (for example COPY).
         case unsupported
     }

@@ -55,6 +55,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
     public static let undefinedTable: SQLState = "42P01"
     public static let duplicateObject: SQLState = "42710"
     public static let duplicateTable: SQLState = "42P07"
+    public static let duplicateDatabase: SQLState = "42P04"
     public static let lockNotAvailable: SQLState = "55P03"
     public static let objectInUse: SQLState = "55006"
     public static let queryCanceled: SQLState = "57014"
@@ -77,7 +78,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
         .deadlockDetected: "deadlock_detected", .syntaxError: "syntax_error",
         .insufficientPrivilege: "insufficient_privilege", .undefinedColumn: "undefined_column",
         .undefinedFunction: "undefined_function", .undefinedTable: "undefined_table",
-        .duplicateObject: "duplicate_object", .duplicateTable: "duplicate_table",
+        .duplicateObject: "duplicate_object", .duplicateTable: "duplicate_table", .duplicateDatabase: "duplicate_database",
         .lockNotAvailable: "lock_not_available", .objectInUse: "object_in_use",
         .queryCanceled: "query_canceled", .adminShutdown: "admin_shutdown", .crashShutdown: "crash_shutdown",
         .cannotConnectNow: "cannot_connect_now", .raiseException: "raise_exception",

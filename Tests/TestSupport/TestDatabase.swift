@@ -17,15 +17,32 @@ public struct TestDatabase: Sendable {
         return configuration
     }
 
-    /// Creates a fresh database, runs `body`, then drops it (also when `body` throws).
+    /// Creates a fresh, empty database, runs `body`, then drops it (also when `body` throws).
+    @discardableResult
     public static func with<T: Sendable>(
         _ body: @Sendable (TestDatabase) async throws -> T
+    ) async throws -> T {
+        try await with(template: nil, body)
+    }
+
+    /// Like `with`, but the database starts with every migration in sql/ applied (copied from a template
+    /// that is built once per test process).
+    @discardableResult
+    public static func withMigrated<T: Sendable>(
+        _ body: @Sendable (TestDatabase) async throws -> T
+    ) async throws -> T {
+        try await with(template: MigratedTemplate.shared.name(), body)
+    }
+
+    private static func with<T: Sendable>(
+        template: String?, _ body: @Sendable (TestDatabase) async throws -> T
     ) async throws -> T {
         let server = try serverConfiguration()
         let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
         let admin = ConnectionPool(configuration: .init(connection: server, maxConnections: 1))
         defer { Task { await admin.close() } }
-        try await admin.withConnection { try $0.executeScript("CREATE DATABASE \(name)") }
+        let create = "CREATE DATABASE \(name)" + (template.map { " TEMPLATE \($0)" } ?? "")
+        try await admin.withConnection { try $0.executeScript(create) }
         var configuration = server
         configuration.database = String(name)
         let database = TestDatabase(name: String(name), configuration: configuration)
@@ -41,6 +58,21 @@ public struct TestDatabase: Sendable {
 
     private func drop(using admin: ConnectionPool) async throws {
         try await admin.withConnection { [name] in try $0.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+    }
+
+    /// This database reached through PgBouncer in transaction-pooling mode (`PGBOUNCER_URL`, which
+    /// `make test` sets). Named prepared statements cannot survive transaction pooling in PgBouncer 1.18,
+    /// so they are turned off.
+    public var throughPgBouncer: TestDatabase {
+        get throws {
+            guard let url = ProcessInfo.processInfo.environment["PGBOUNCER_URL"], !url.isEmpty else {
+                throw SetupError("PGBOUNCER_URL is not set: run the tests with `make test`, which starts PgBouncer")
+            }
+            var configuration = ConnectionConfiguration(connectionString: url, database: name,
+                                                        applicationName: "poopypals-tests", statementCache: false)
+            configuration.connectTimeoutSeconds = 10
+            return TestDatabase(name: name, configuration: configuration)
+        }
     }
 
     /// A pool on this database.

@@ -1,0 +1,122 @@
+import Logging
+import Metrics
+import PostgresClient
+
+/// The data layer's way into PostgreSQL: every unit of work is one transaction, either as a device
+/// (`asDevice`, row-level security decides what it sees) or, explicitly, as the system (`asSystem`).
+public final class Database: Sendable {
+    /// The role every device transaction switches to: not the owner, not superuser, no BYPASSRLS.
+    public static let serviceRole = "poopypals_app"
+
+    public let pool: ConnectionPool
+    public let retryPolicy: RetryPolicy
+    private let logger = Logger(label: "poopypals.db")
+    private let retries = Counter(label: "poopypals_db_retries_total")
+
+    public init(pool: ConnectionPool, retryPolicy: RetryPolicy = .default) {
+        self.pool = pool
+        self.retryPolicy = retryPolicy
+    }
+
+    /// Runs `work` as the device whose raw id is given, in one transaction.
+    /// - Throws: `AuthenticationError` before anything is sent when the id is missing or malformed; otherwise
+    ///   as `asDevice(_:idempotent:_:)` with a validated id.
+    @discardableResult
+    public func asDevice<T: Sendable>(
+        _ rawDeviceID: String?, idempotent: Bool = false,
+        _ work: @escaping @Sendable (DeviceTransaction) throws -> T
+    ) async throws -> T {
+        try await asDevice(DeviceID(validating: rawDeviceID), idempotent: idempotent, work)
+    }
+
+    /// Runs `work` as `device`: BEGIN, switch to the service role and set `app.device_id` (both
+    /// transaction-local, so nothing outlives the transaction on a pooled connection or behind PgBouncer),
+    /// the work, COMMIT. A work of one statement ending in `finalQuery` costs one round trip.
+    ///
+    /// With `idempotent: true`, serialization failures, deadlocks and connections lost before COMMIT are
+    /// retried with backoff (see `RetryPolicy`); never otherwise.
+    /// - Throws: the work's error (after rollback); `TransactionError` naming the phase for begin/commit;
+    ///   `PostgresClientError` when no connection could be had.
+    @discardableResult
+    public func asDevice<T: Sendable>(
+        _ device: DeviceID, idempotent: Bool = false,
+        _ work: @escaping @Sendable (DeviceTransaction) throws -> T
+    ) async throws -> T {
+        try await withRetries(idempotent: idempotent) {
+            try await self.pool.withConnection { connection in
+                let transaction = DeviceTransaction(connection: connection, device: device)
+                do {
+                    let value = try work(transaction)
+                    try Self.finish(transaction)
+                    return value
+                } catch {
+                    Self.rollBack(connection)
+                    throw AttemptFailure(error: error, commitSent: transaction.commitSent)
+                }
+            }
+        }
+    }
+
+    /// Runs `work` in a transaction as the connecting role, with no device: for migrations, monitoring and
+    /// maintenance. Row-level security is forced on device tables, so they look empty from here.
+    /// - Throws: the work's error (after rollback); `TransactionError` naming the phase.
+    @discardableResult
+    public func asSystem<T: Sendable>(
+        idempotent: Bool = false, _ work: @escaping @Sendable (Connection) throws -> T
+    ) async throws -> T {
+        try await withRetries(idempotent: idempotent) {
+            try await self.pool.withConnection { connection in
+                do {
+                    return try connection.transaction { try work($0) }
+                } catch let error as TransactionError where error.phase == .commit {
+                    throw AttemptFailure(error: error, commitSent: true)
+                }
+            }
+        }
+    }
+
+    /// Commits unless the work already did (`finalQuery`) or never sent anything (then nothing began).
+    private static func finish(_ transaction: DeviceTransaction) throws {
+        let connection = transaction.connection
+        if connection.transactionState == .failed {
+            throw TransactionError(phase: .commit, underlying: PostgresClientError(.unsupported,
+                "a statement failed inside the request and its error was caught; the work was rolled back"))
+        }
+        if transaction.hasBegun && !transaction.isFinished { try transaction.commit() }
+    }
+
+    private static func rollBack(_ connection: Connection) {
+        guard connection.isOpen, connection.transactionState != .idle else { return }
+        // If even ROLLBACK fails, the pool sees the connection is not idle and discards it.
+        _ = try? connection.executeScript("ROLLBACK")
+    }
+
+    private func withRetries<T: Sendable>(idempotent: Bool, _ attempt: @Sendable () async throws -> T) async throws -> T {
+        var number = 1
+        while true {
+            do {
+                return try await attempt()
+            } catch {
+                let failure = error as? AttemptFailure
+                let underlying = failure?.error ?? error
+                guard idempotent, number < retryPolicy.maxAttempts,
+                      retryPolicy.isRetryable(underlying, commitSent: failure?.commitSent ?? false)
+                else { throw underlying }
+                let delay = retryPolicy.delay(afterAttempt: number)
+                logger.warning("retrying idempotent work", metadata: [
+                    "attempt": "\(number)", "delay_ms": "\(delay.milliseconds)",
+                    "reason": "\(PostgresError.find(in: underlying)?.sqlState.rawValue ?? "connection")",
+                ])
+                retries.increment()
+                number += 1
+                try await Task.sleep(for: delay)
+            }
+        }
+    }
+}
+
+/// Carries whether COMMIT had been sent when an attempt failed, out of the connection's thread.
+private struct AttemptFailure: Error {
+    let error: any Error
+    let commitSent: Bool
+}

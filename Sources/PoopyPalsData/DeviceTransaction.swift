@@ -1,0 +1,102 @@
+import PostgresClient
+
+/// The transaction of one request made as one device, handed to the work closure of `Database.asDevice`.
+///
+/// Nothing is sent until the first statement: `BEGIN` and the context (service role and `app.device_id`,
+/// both transaction-local) travel in the same pipeline as that statement, and `finalQuery` adds `COMMIT` to
+/// its pipeline, so a request of one statement costs one network round trip.
+public final class DeviceTransaction {
+    public let device: DeviceID
+    let connection: Connection
+    private var prefix: [PostgresQuery]?
+    /// True once COMMIT has been sent: from then on the outcome of a lost connection is unknown.
+    private(set) var commitSent = false
+    /// True after `finalQuery`: the transaction is over.
+    private(set) var isFinished = false
+
+    init(connection: Connection, device: DeviceID) {
+        self.connection = connection
+        self.device = device
+        prefix = [
+            "BEGIN",
+            // set_config('role', …, true) is SET LOCAL ROLE; the device id is a bound value, never spliced in.
+            "SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.uuid.uuidString), true)",
+        ]
+    }
+
+    /// True once the transaction has begun on the server.
+    var hasBegun: Bool { prefix == nil }
+
+    /// Runs a statement inside the transaction.
+    /// - Throws: the statement's `PostgresError`; `TransactionError` (phase `begin`) if the context could not be set.
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws -> QueryResult {
+        try run(query, commit: false)
+    }
+
+    /// Runs a statement and returns the rows it affected.
+    /// - Throws: as `query(_:)`.
+    @discardableResult
+    public func execute(_ query: PostgresQuery) throws -> Int {
+        try run(query, commit: false).rowsAffected
+    }
+
+    /// Runs the last statement and commits in the same round trip. Nothing may follow it.
+    /// - Throws: the statement's `PostgresError`; `TransactionError` (phase `begin` or `commit`).
+    @discardableResult
+    public func finalQuery(_ query: PostgresQuery) throws -> QueryResult {
+        try run(query, commit: true)
+    }
+
+    /// Runs `body` in a savepoint, so that a failure inside it (a unique violation) leaves the transaction usable.
+    /// - Throws: the body's error, after rolling back to the savepoint.
+    @discardableResult
+    public func savepoint<T>(_ body: (DeviceTransaction) throws -> T) throws -> T {
+        try begin()
+        return try connection.savepoint { _ in try body(self) }
+    }
+
+    /// Sends the prefix on its own (for work that starts with a savepoint or a script).
+    func begin() throws {
+        guard let prefix else { return }
+        self.prefix = nil
+        try check(connection.pipelineResults(prefix), prefixCount: prefix.count, commits: false)
+    }
+
+    func commit() throws {
+        commitSent = true
+        isFinished = true
+        do {
+            try connection.executeScript("COMMIT")
+        } catch {
+            throw TransactionError(phase: .commit, underlying: error)
+        }
+    }
+
+    private func run(_ query: PostgresQuery, commit: Bool) throws -> QueryResult {
+        precondition(!isFinished, "a statement after finalQuery(_:)")
+        let prefixStatements = prefix ?? []
+        prefix = nil
+        var batch = prefixStatements + [query]
+        if commit {
+            batch.append("COMMIT")
+            commitSent = true
+            isFinished = true
+        }
+        let results = try connection.pipelineResults(batch)
+        try check(results, prefixCount: prefixStatements.count, commits: commit)
+        return try results[prefixStatements.count].get()
+    }
+
+    /// Attributes a failure to its phase: the context prefix is `begin`, a failing COMMIT is `commit`, and the
+    /// work's own statement is rethrown as is.
+    private func check(_ results: [Result<QueryResult, any Error>], prefixCount: Int, commits: Bool) throws {
+        for (index, result) in results.enumerated() {
+            guard case .failure(let error) = result else { continue }
+            if (error as? PostgresClientError)?.kind == .skipped { continue }
+            if index < prefixCount { throw TransactionError(phase: .begin, underlying: error) }
+            if commits && index == results.count - 1 { throw TransactionError(phase: .commit, underlying: error) }
+            throw error
+        }
+    }
+}

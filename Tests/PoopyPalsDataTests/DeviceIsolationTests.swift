@@ -1,0 +1,307 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+/// How the tests reach the server: directly, or through PgBouncer in transaction-pooling mode.
+enum Route: String, CaseIterable, Sendable {
+    case direct, pgbouncer
+
+    func database(_ db: TestDatabase, poolSize: Int = 4) throws -> Database {
+        let target = self == .direct ? db : try db.throughPgBouncer
+        return Database(pool: target.pool(size: poolSize))
+    }
+}
+
+/// Device-scoped statements the tests use; every value is bound.
+enum Seed {
+    static func device(_ database: Database, _ id: UUID) async throws {
+        try await database.asDevice(DeviceID(id)) { tx in
+            try tx.finalQuery("INSERT INTO devices (id, model) VALUES (\(id), 'test phone')")
+        }
+    }
+
+    static func log(_ database: Database, _ device: UUID, bristol: Int = 4) async throws -> UUID {
+        try await database.asDevice(DeviceID(device)) { tx in
+            try tx.finalQuery("""
+                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device), now(), \(bristol))
+                RETURNING id
+                """)[0].decode("id", as: UUID.self)
+        }
+    }
+
+    static func ids(_ database: Database, as device: UUID, _ sql: PostgresQuery) async throws -> [UUID] {
+        try await database.asDevice(DeviceID(device)) { tx in try tx.finalQuery(sql).map { try $0.decode(0, as: UUID.self) } }
+    }
+}
+
+@Suite("Device isolation by row-level security")
+struct DeviceIsolationTests {
+    @Test func emptySettingTrapIsReproducedAndTheFunctionReturnsNull() async throws {
+        try await TestDatabase.withMigrated { db in
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('app.device_id', \(UUID().uuidString), true)")
+                }
+                // The trap: after the transaction the setting reads '' on this connection, not NULL …
+                #expect(try conn.query("SELECT current_setting('app.device_id', true)")[0].decode(0, as: String?.self) == "")
+                let cast = #expect(throws: PostgresError.self) {
+                    try conn.query("SELECT current_setting('app.device_id', true)::uuid")
+                }
+                #expect(cast?.sqlState == .invalidTextRepresentation)
+                // … and the function turns both unset and '' into NULL.
+                #expect(try conn.query("SELECT get_current_device_id() IS NULL")[0].decode(0, as: Bool.self))
+            }
+        }
+    }
+
+    @Test(arguments: Route.allCases)
+    func aConnectionThatServedADeviceThenServesNoDeviceSeesNothingAndFailsNothing(_ route: Route) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = try route.database(db, poolSize: 1)
+            let device = UUID()
+            try await Seed.device(database, device)
+            _ = try await Seed.log(database, device)
+            // Same pooled connection, now as the service role with no device at all.
+            let counts = try await database.pool.withConnection { conn in
+                try conn.pipeline([
+                    "BEGIN",
+                    "SELECT set_config('role', \(Database.serviceRole), true)",
+                    "SELECT (SELECT count(*) FROM poop_logs)::int, (SELECT count(*) FROM devices)::int, get_current_device_id() IS NULL",
+                    "COMMIT",
+                ])[2][0]
+            }
+            #expect(try counts.decode(0, as: Int.self) == 0)
+            #expect(try counts.decode(1, as: Int.self) == 0)
+            #expect(try counts.decode(2, as: Bool.self))
+            // The explicit system path (the owner, no device) sees nothing on forced tables either.
+            let system = try await database.asSystem { try $0.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self) }
+            #expect(system == 0)
+            await database.pool.close()
+        }
+    }
+
+    @Test(arguments: Route.allCases)
+    func pooLogsCommandsAreLimitedToTheOwningDevice(_ route: Route) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = try route.database(db)
+            let (a, b) = (UUID(), UUID())
+            try await Seed.device(database, a)
+            try await Seed.device(database, b)
+            let logA = try await Seed.log(database, a)
+            let logB = try await Seed.log(database, b, bristol: 6)
+
+            // SELECT: own rows only; another device's id is simply not there.
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM poop_logs") == [logA])
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM poop_logs WHERE id = \(logB)") == [])
+
+            // INSERT for another device: WITH CHECK refuses it with 42501.
+            let insert = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(b), now(), 3)")
+                }
+            }
+            #expect(insert?.sqlState == .insufficientPrivilege)
+
+            // UPDATE: another device's row is invisible (0 rows, USING); moving an own row away is 42501 (WITH CHECK).
+            let foreignUpdate = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("UPDATE poop_logs SET bristol_type = 1 WHERE id = \(logB)").rowsAffected
+            }
+            #expect(foreignUpdate == 0)
+            let move = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in
+                    try tx.finalQuery("UPDATE poop_logs SET device_id = \(b) WHERE id = \(logA)")
+                }
+            }
+            #expect(move?.sqlState == .insufficientPrivilege)
+            let ownUpdate = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("UPDATE poop_logs SET bristol_type = 2 WHERE id = \(logA)").rowsAffected
+            }
+            #expect(ownUpdate == 1)
+
+            // DELETE: another device's row is untouched (0 rows); own row goes.
+            let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logB)").rowsAffected
+            }
+            #expect(foreignDelete == 0)
+            let bristolB = try await database.asDevice(DeviceID(b)) { tx in
+                try tx.finalQuery("SELECT bristol_type FROM poop_logs WHERE id = \(logB)")[0].decode(0, as: Int.self)
+            }
+            #expect(bristolB == 6)
+            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logA)").rowsAffected
+            }
+            #expect(ownDelete == 1)
+            await database.pool.close()
+        }
+    }
+
+    @Test(arguments: Route.allCases)
+    func devicesCommandsAreLimitedToTheDeviceItself(_ route: Route) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = try route.database(db)
+            let (a, b) = (UUID(), UUID())
+            try await Seed.device(database, a)
+            try await Seed.device(database, b)
+
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices") == [a])
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices WHERE id = \(b)") == [])
+
+            let insertOther = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(UUID()))") }
+            }
+            #expect(insertOther?.sqlState == .insufficientPrivilege)
+
+            let foreignUpdate = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE id = \(b)").rowsAffected
+            }
+            #expect(foreignUpdate == 0)
+            let renumber = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("UPDATE devices SET id = \(UUID()) WHERE id = \(a)") }
+            }
+            #expect(renumber?.sqlState == .insufficientPrivilege)
+            let ownUpdate = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE id = \(a)").rowsAffected
+            }
+            #expect(ownUpdate == 1)
+
+            let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("DELETE FROM devices WHERE id = \(b)").rowsAffected
+            }
+            #expect(foreignDelete == 0)
+            let modelB = try await database.asDevice(DeviceID(b)) { tx in
+                try tx.finalQuery("SELECT model FROM devices")[0].decode(0, as: String.self)
+            }
+            #expect(modelB == "test phone")
+            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE id = \(a)").rowsAffected }
+            #expect(ownDelete == 1)
+            await database.pool.close()
+        }
+    }
+
+    @Test(arguments: Route.allCases)
+    func fiftyDevicesInterleavedOnASmallPoolNeverSeeEachOther(_ route: Route) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = try route.database(db, poolSize: 4)
+            let devices = (0..<50).map { _ in UUID() }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (index, device) in devices.enumerated() {
+                    group.addTask {
+                        try await Seed.device(database, device)
+                        for _ in 0..<(1 + index % 4) { _ = try await Seed.log(database, device) }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            // 50 devices × 4 rounds of reads, interleaved on 4 connections.
+            let violations = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<4 {
+                    for (index, device) in devices.enumerated() {
+                        group.addTask {
+                            let rows = try await database.asDevice(DeviceID(device)) { tx in
+                                try tx.finalQuery("SELECT device_id FROM poop_logs ORDER BY occurred_at").map { try $0.decode(0, as: UUID.self) }
+                            }
+                            let foreign = rows.filter { $0 != device }.count
+                            return foreign + (rows.count == 1 + index % 4 ? 0 : 1)
+                        }
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            #expect(violations == 0)
+            await database.pool.close()
+        }
+    }
+
+    @Test(arguments: [
+        nil, "", "not-a-uuid", String(repeating: "a", count: 10_240),
+        "'; DROP TABLE poop_logs; --", "00000000-0000-0000-0000-000000000000",
+        "6f1c0a4e-0000-4000-8000-00000000000", "6f1c0a4e-0000-4000-8000-0000000000011",
+        "6f1c0a4e-0000-4000-8000-000000000001' OR '1'='1",
+    ])
+    func invalidDeviceIDsAreRejectedBeforeAnyQuery(_ raw: String?) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let error = await #expect(throws: AuthenticationError.self) {
+                try await database.asDevice(raw) { tx in try tx.finalQuery("SELECT 1") }
+            }
+            #expect(error.map { "\($0)" }?.hasPrefix("not authenticated") == true)
+            if let raw, !raw.isEmpty { #expect(error.map { "\($0)" }?.contains(raw) == false) }
+            // No connection was even opened.
+            #expect(database.pool.statistics.open == 0)
+            await database.pool.close()
+        }
+    }
+
+    @Test func theServiceRoleIsNotOwnerSuperuserOrBypassRLS() async throws {
+        try await TestDatabase.withMigrated { db in
+            let facts = try await db.withConnection { conn in
+                try conn.query("""
+                    SELECT r.rolsuper, r.rolbypassrls, r.rolcanlogin,
+                           (SELECT count(*) FROM pg_class c WHERE c.relowner = r.oid)::int AS owned,
+                           (SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class
+                             WHERE relname IN ('devices', 'poop_logs') AND relkind = 'r') AS forced,
+                           has_table_privilege('poopypals_app', 'schema_migrations', 'SELECT') AS sees_history,
+                           pg_has_role(current_user, 'poopypals_app', 'MEMBER') AS can_switch
+                    FROM pg_roles r WHERE r.rolname = 'poopypals_app'
+                    """)[0]
+            }
+            #expect(try facts.decode("rolsuper", as: Bool.self) == false)
+            #expect(try facts.decode("rolbypassrls", as: Bool.self) == false)
+            #expect(try facts.decode("rolcanlogin", as: Bool.self) == false)
+            #expect(try facts.decode("owned", as: Int.self) == 0)
+            #expect(try facts.decode("forced", as: Bool.self))
+            #expect(try facts.decode("sees_history", as: Bool.self) == false)
+            #expect(try facts.decode("can_switch", as: Bool.self))
+
+            let database = Database(pool: db.pool(size: 1))
+            let users = try await database.asDevice(DeviceID(UUID())) { tx in
+                try tx.finalQuery("SELECT current_user::text, session_user::text")[0]
+            }
+            #expect(try users.decode(0, as: String.self) == "poopypals_app")
+            #expect(try users.decode(1, as: String.self) == "poopypals")
+            await database.pool.close()
+        }
+    }
+
+    @Test func forcedRLSHoldsForTheTableOwnerToo() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let (a, b) = (UUID(), UUID())
+            for device in [a, b] {
+                try await Seed.device(database, device)
+                _ = try await Seed.log(database, device)
+            }
+            // The owner's own connection, device context set but no switch to the service role.
+            let counts = try await db.rolledBack { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('app.device_id', \(a.uuidString), true)")
+                    let forced = try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)
+                    try conn.executeScript("ALTER TABLE poop_logs NO FORCE ROW LEVEL SECURITY")
+                    let unforced = try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)
+                    throw Rollback(values: [forced, unforced])
+                }
+            }
+            #expect(counts == [1, 2])
+            await database.pool.close()
+        }
+    }
+}
+
+/// Thrown to roll a test transaction back while carrying what it saw.
+struct Rollback: Error {
+    let values: [Int]
+}
+
+extension TestDatabase {
+    /// Runs `body`, expecting it to throw `Rollback`, and returns the values it carried.
+    func rolledBack(_ body: @escaping @Sendable (Connection) throws -> Void) async throws -> [Int] {
+        do {
+            try await withConnection(body)
+        } catch let rollback as Rollback {
+            return rollback.values
+        }
+        throw SetupError("the body was expected to roll back")
+    }
+}

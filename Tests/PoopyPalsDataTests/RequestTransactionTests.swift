@@ -1,0 +1,157 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("The request transaction")
+struct RequestTransactionTests {
+    /// Round trips the pool's only connection has made so far.
+    static func roundTrips(_ database: Database) async throws -> Int {
+        try await database.pool.withConnection { $0.roundTrips }
+    }
+
+    @Test(arguments: Route.allCases)
+    func aOneStatementRequestCostsOneRoundTrip(_ route: Route) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = try route.database(db, poolSize: 1)
+            let device = UUID()
+            try await Seed.device(database, device)
+
+            var before = try await Self.roundTrips(database)
+            _ = try await Seed.log(database, device)  // BEGIN + context + INSERT + COMMIT, one Sync
+            #expect(try await Self.roundTrips(database) - before == 1)
+
+            before = try await Self.roundTrips(database)
+            try await database.asDevice(DeviceID(device)) { tx in
+                try tx.query("SELECT count(*) FROM poop_logs")  // BEGIN + context + SELECT
+            }                                                  // then COMMIT
+            #expect(try await Self.roundTrips(database) - before == 2)
+
+            before = try await Self.roundTrips(database)
+            try await database.asDevice(DeviceID(device)) { _ in 42 }  // nothing sent at all
+            #expect(try await Self.roundTrips(database) - before == 0)
+            await database.pool.close()
+        }
+    }
+
+    @Test func aFailingStatementRollsBackEverythingAndLeavesTheConnectionIdle() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let device = UUID()
+            try await Seed.device(database, device)
+            let error = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(device)) { tx in
+                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device), now(), 3)")
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device), now(), 9)")
+                }
+            }
+            #expect(error?.sqlState == .checkViolation)
+            #expect(error?.constraint == "poop_logs_bristol_type_check")
+            let (count, state) = try await database.pool.withConnection { conn in
+                (try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self), conn.transactionState)
+            }
+            #expect(state == .idle)
+            let visible = try await Seed.ids(database, as: device, "SELECT id FROM poop_logs")
+            #expect(count == 0 && visible.isEmpty)
+            await database.pool.close()
+        }
+    }
+
+    @Test func aSwallowedErrorIsNotCommittedAndIsReportedAtCommit() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let device = UUID()
+            try await Seed.device(database, device)
+            let error = await #expect(throws: TransactionError.self) {
+                try await database.asDevice(DeviceID(device)) { tx in
+                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device), now(), 3)")
+                    _ = try? tx.query("SELECT 1 / 0")
+                }
+            }
+            #expect(error?.phase == .commit)
+            #expect(try await Seed.ids(database, as: device, "SELECT id FROM poop_logs").isEmpty)
+            await database.pool.close()
+        }
+    }
+
+    @Test func serializationFailuresAreRetriedOnlyForIdempotentWork() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2), retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(5)))
+            let device = UUID()
+            try await Seed.device(database, device)
+            let failOnce = """
+                DO $$ BEGIN RAISE EXCEPTION 'simulated conflict' USING ERRCODE = 'serialization_failure'; END $$
+                """
+            let attempts = Locked(0)
+            let value = try await database.asDevice(DeviceID(device), idempotent: true) { tx in
+                let attempt = attempts.withLock { $0 += 1; return $0 }
+                if attempt == 1 { try tx.query(PostgresQuery(unsafeSQL: failOnce)) }
+                return try tx.finalQuery("SELECT 7")[0].decode(0, as: Int.self)
+            }
+            #expect(value == 7)
+            #expect(attempts.value == 2)
+
+            attempts.withLock { $0 = 0 }
+            let error = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(device)) { tx in
+                    attempts.withLock { $0 += 1 }
+                    try tx.query(PostgresQuery(unsafeSQL: failOnce))
+                }
+            }
+            #expect(error?.sqlState == .serializationFailure)
+            #expect(attempts.value == 1)
+
+            // Bounded: a conflict that never goes away gives up after maxAttempts.
+            attempts.withLock { $0 = 0 }
+            await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(device), idempotent: true) { tx in
+                    attempts.withLock { $0 += 1 }
+                    try tx.query(PostgresQuery(unsafeSQL: failOnce))
+                }
+            }
+            #expect(attempts.value == 3)
+            await database.pool.close()
+        }
+    }
+
+    @Test func aConnectionLostBeforeCommitIsRetriedForIdempotentWork() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1), retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: .milliseconds(5)))
+            let attempts = Locked(0)
+            let pid = try await database.asSystem(idempotent: true) { conn in
+                if attempts.withLock({ $0 += 1; return $0 }) == 1 {
+                    try conn.query("SELECT pg_terminate_backend(pg_backend_pid())")
+                }
+                return conn.serverProcessID
+            }
+            #expect(attempts.value == 2)
+            #expect(pid > 0)
+
+            attempts.withLock { $0 = 0 }
+            let error = await #expect(throws: PostgresClientError.self) {
+                try await database.asSystem { conn in
+                    attempts.withLock { $0 += 1 }
+                    try conn.query("SELECT pg_terminate_backend(pg_backend_pid())")
+                }
+            }
+            #expect(error?.kind == .connectionLost)
+            #expect(attempts.value == 1)
+            await database.pool.close()
+        }
+    }
+
+    @Test func retryPolicyClassifiesErrorsAndBacksOffWithinItsCeiling() {
+        let policy = RetryPolicy(maxAttempts: 5, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50))
+        #expect(policy.isRetryable(PostgresError(sqlState: .deadlockDetected, message: "d"), commitSent: false))
+        #expect(policy.isRetryable(TransactionError(phase: .commit, underlying: PostgresError(sqlState: .serializationFailure, message: "s")), commitSent: true))
+        #expect(!policy.isRetryable(PostgresError(sqlState: .uniqueViolation, message: "u"), commitSent: false))
+        #expect(policy.isRetryable(PostgresClientError(.connectionLost, "x"), commitSent: false))
+        #expect(!policy.isRetryable(PostgresClientError(.connectionLost, "x"), commitSent: true))
+        #expect(policy.isRetryable(PostgresClientError(.connectionFailed, "x"), commitSent: false))
+        #expect(!policy.isRetryable(AuthenticationError.invalidDeviceID, commitSent: false))
+        for attempt in 1...8 {
+            #expect(policy.delay(afterAttempt: attempt) <= .milliseconds(50))
+        }
+    }
+}
