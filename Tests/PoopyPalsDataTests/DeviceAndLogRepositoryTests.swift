@@ -1,0 +1,174 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("DeviceRepository and PoopLogRepository")
+struct DeviceAndLogRepositoryTests {
+    @Test func registerIsHarmlessOnEveryLaunchAndTellsCreatedFromUpdated() async throws {
+        try await TestDatabase.withMigrated { db in
+            let devices = DeviceRepository(database: Database(pool: db.pool(size: 2)))
+            let device = try DeviceID(UUID())
+            #expect(try await devices.current(as: device) == nil)
+            let first = try await devices.register(DeviceInfo(model: "iPhone15,2", osVersion: "18.1", appVersion: "1.0"), as: device)
+            let second = try await devices.register(DeviceInfo(model: "iPhone15,2", osVersion: "18.2", appVersion: "1.1", isSimulator: true), as: device)
+            #expect(first.created && !second.created)
+            #expect(second.device.id == device.uuid)
+            #expect(second.device.info.osVersion == "18.2")
+            #expect(second.device.info.isSimulator)
+            #expect(second.device.lastSeenAt >= first.device.lastSeenAt)
+            #expect(try await devices.current(as: device) == second.device)
+        }
+    }
+
+    @Test func linkNeedsARegisteredDeviceAndAnExistingUser() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let device = try DeviceID(UUID())
+            let user = try await UserRepository(database: database).ensureProfile(as: device, id: UUID(), email: "link@example.com").user
+            await #expect(throws: RepositoryError.deviceNotRegistered) { try await devices.link(toUser: user.id, as: device) }
+            _ = try await devices.register(DeviceInfo(), as: device)
+            await #expect(throws: RepositoryError.userNotFound) { try await devices.link(toUser: UUID(), as: device) }
+            #expect(try await devices.link(toUser: user.id, as: device).userID == user.id)
+        }
+    }
+
+    @Test func aHundredConcurrentRetriesOfOneUploadMakeOneRow() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 8))
+            let logs = PoopLogRepository(database: database)
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let upload = NewPoopLog(id: UUID(), occurredAt: Date(timeIntervalSince1970: 1_790_000_000.123456), bristolType: 4, notes: "after coffee")
+            let results = try await withThrowingTaskGroup(of: (PoopLog, Bool).self) { group in
+                for _ in 0..<100 { group.addTask { try await logs.create(upload, as: device) } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(results.count == 100)
+            #expect(results.filter(\.1).count == 1)
+            #expect(results.allSatisfy { $0.0 == results[0].0 })
+            #expect(try await logs.list(limit: 200, as: device).items.count == 1)
+
+            // The same id with other content is a clear conflict, and changes nothing.
+            var changed = upload
+            changed.bristolType = 5
+            await #expect(throws: RepositoryError.logIDInUse) { try await logs.create(changed, as: device) }
+            #expect(try await logs.get(upload.id!, as: device)?.bristolType == 4)
+        }
+    }
+
+    @Test func anotherDevicesLogBehavesExactlyLikeAMissingOne() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let logs = PoopLogRepository(database: database)
+            let (owner, intruder) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            for device in [owner, intruder] { _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device) }
+            let log = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3, notes: "mine"), as: owner).log
+
+            #expect(try await logs.get(log.id, as: intruder) == nil)
+            #expect(try await logs.get(UUID(), as: intruder) == nil)
+            #expect(try await logs.update(log.id, PoopLogPatch(bristolType: 7, notes: .clear), as: intruder) == nil)
+            #expect(try await logs.delete(log.id, as: intruder) == false)
+            #expect(try await logs.list(as: intruder).items.isEmpty)
+            // Reusing its id from the other device is refused without revealing anything about the row.
+            await #expect(throws: RepositoryError.logIDInUse) {
+                try await logs.create(NewPoopLog(id: log.id, occurredAt: log.occurredAt, bristolType: 3, notes: "mine"), as: intruder)
+            }
+            #expect(try await logs.get(log.id, as: owner) == log)
+        }
+    }
+
+    @Test func updateDeleteAndPaginationNewestFirst() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let logs = PoopLogRepository(database: database)
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let base = Date(timeIntervalSince1970: 1_790_000_000)
+            var created: [PoopLog] = []
+            // Two logs share a timestamp: the id keeps the order stable.
+            for offset in [0.0, 60, 60, 120, 180] {
+                created.append(try await logs.create(NewPoopLog(occurredAt: base + offset, bristolType: 4), as: device).log)
+            }
+            var pages: [[UUID]] = []
+            var cursor: String?
+            repeat {
+                let page = try await logs.list(before: cursor, limit: 2, as: device)
+                pages.append(page.items.map(\.id))
+                cursor = page.nextCursor
+            } while cursor != nil && pages.count < 10
+            #expect(pages.map(\.count) == [2, 2, 1])
+            let expected = created.sorted { ($0.occurredAt, $0.id.uuidString.lowercased()) > ($1.occurredAt, $1.id.uuidString.lowercased()) }
+            #expect(pages.flatMap { $0 } == expected.map(\.id))
+
+            let target = created[0]
+            let updated = try #require(try await logs.update(target.id, PoopLogPatch(bristolType: 6, notes: .set("better")), as: device))
+            #expect(updated.bristolType == 6 && updated.notes == "better" && updated.occurredAt == target.occurredAt)
+            #expect(updated.updatedAt >= target.updatedAt)
+            let cleared = try await logs.update(target.id, PoopLogPatch(notes: .clear), as: device)
+            #expect(cleared?.notes == nil && cleared?.bristolType == 6)
+            #expect(try await logs.delete(target.id, as: device))
+            #expect(try await logs.delete(target.id, as: device) == false)
+        }
+    }
+
+    @Test func aDeviceThatNeverRegisteredCannotLog() async throws {
+        try await TestDatabase.withMigrated { db in
+            let logs = PoopLogRepository(database: Database(pool: db.pool(size: 1)))
+            await #expect(throws: RepositoryError.deviceNotRegistered) {
+                try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 2), as: DeviceID(UUID()))
+            }
+        }
+    }
+
+    @Test func badInputForEveryFieldIsNamedAndNothingIsWritten() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let logs = PoopLogRepository(database: database)
+            let devices = DeviceRepository(database: database)
+            let device = try DeviceID(UUID())
+            let now = Date()
+            let cases: [(String, @Sendable () async throws -> Void)] = [
+                ("bristolType", { _ = try await logs.create(NewPoopLog(occurredAt: now, bristolType: 0), as: device) }),
+                ("bristolType", { _ = try await logs.create(NewPoopLog(occurredAt: now, bristolType: 8), as: device) }),
+                ("notes", { _ = try await logs.create(NewPoopLog(occurredAt: now, bristolType: 3, notes: String(repeating: "ü", count: 2001)), as: device) }),
+                ("occurredAt", { _ = try await logs.create(NewPoopLog(occurredAt: now + 90_000, bristolType: 3), as: device) }),
+                ("occurredAt", { _ = try await logs.create(NewPoopLog(occurredAt: Date(timeIntervalSince1970: -10), bristolType: 3), as: device) }),
+                ("limit", { _ = try await logs.list(limit: 0, as: device) }),
+                ("limit", { _ = try await logs.list(limit: 201, as: device) }),
+                ("before", { _ = try await logs.list(before: "'; DROP TABLE poop_logs; --", as: device) }),
+                ("before", { _ = try await logs.list(before: Data("v1|x|y".utf8).base64EncodedString(), as: device) }),
+                ("body", { _ = try await logs.update(UUID(), PoopLogPatch(), as: device) }),
+                ("bristolType", { _ = try await logs.update(UUID(), PoopLogPatch(bristolType: 9), as: device) }),
+                ("model", { _ = try await devices.register(DeviceInfo(model: String(repeating: "m", count: 101)), as: device) }),
+                ("osVersion", { _ = try await devices.register(DeviceInfo(osVersion: String(repeating: "9", count: 51)), as: device) }),
+                ("appVersion", { _ = try await devices.register(DeviceInfo(appVersion: String(repeating: "1", count: 51)), as: device) }),
+                ("buildNumber", { _ = try await devices.register(DeviceInfo(buildNumber: String(repeating: "2", count: 51)), as: device) }),
+            ]
+            for (field, call) in cases {
+                let error = await #expect(throws: InvalidField.self) { try await call() }
+                #expect(error?.field == field)
+            }
+            #expect(database.pool.statistics.open == 0)
+        }
+    }
+
+    @Test func notesAtTheLimitAreKeptWhole() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let notes = String(repeating: "💩", count: PoopLog.notesLimit)
+            let log = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 1, notes: notes), as: device).log
+            #expect(log.notes == notes)
+        }
+    }
+
+    @Test func cursorsRoundTripAndRejectForgeries() throws {
+        let cursor = LogCursor(occurredAt: Date(timeIntervalSince1970: 1_790_000_000.25), id: UUID())
+        #expect(try LogCursor(encoded: cursor.encoded) == cursor)
+        #expect(throws: InvalidField.self) { try LogCursor(encoded: String(repeating: "A", count: 500)) }
+    }
+}
