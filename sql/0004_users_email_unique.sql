@@ -1,4 +1,5 @@
 -- poopypals:no-transaction
+-- poopypals:preflight duplicate-emails
 -- One user row per email. Built online: the index is created without blocking writes, then attached as the
 -- constraint (a short lock). Both steps can be re-run after a partial failure.
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS users_email_unique ON users (email);

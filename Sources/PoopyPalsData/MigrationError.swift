@@ -12,6 +12,10 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
     case statementFailed(file: String, statement: Int, location: String, runsInTransaction: Bool, underlying: any Error)
     /// A transactional file contains BEGIN/COMMIT/ROLLBACK, which would break its atomicity.
     case transactionControl(file: String, line: Int)
+    /// A pre-flight check found the database not ready for a file; nothing was applied.
+    case preflightFailed(file: String, check: String, message: String)
+    /// A file names a pre-flight check that does not exist.
+    case unknownPreflight(file: String, check: String)
 
     public var description: String {
         switch self {
@@ -33,6 +37,10 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
                 ? "the file was rolled back; nothing of it was applied"
                 : "the file runs without a transaction: statements before this one were applied"
             return "migration \(file) failed at statement \(statement) (\(location)): \(underlying)\n  \(remains)"
+        case .preflightFailed(let file, let check, let message):
+            return "refusing to migrate; nothing was applied. Pre-flight check '\(check)' for \(file) failed: \(message)"
+        case .unknownPreflight(let file, let check):
+            return "\(file) names an unknown pre-flight check '\(check)'"
         case .transactionControl(let file, let line):
             return "\(file):\(line) controls the transaction itself; the migrator wraps each file in one. "
                 + "Remove it, or start the file with '\(MigrationFile.noTransactionHeader)'"

@@ -4,6 +4,7 @@ import Foundation
 public struct MigrationFile: Sendable, Equatable {
     /// The header line that makes a file run outside a transaction, statement by statement.
     public static let noTransactionHeader = "-- poopypals:no-transaction"
+    static let preflightHeader = "-- poopypals:preflight "
 
     public let version: Int64
     public let name: String
@@ -12,6 +13,8 @@ public struct MigrationFile: Sendable, Equatable {
     /// SHA-256 of the text with line endings and trailing whitespace normalised.
     public let checksum: String
     public let runsInTransaction: Bool
+    /// Checks named by `-- poopypals:preflight NAME` header lines, run before anything is applied.
+    public let preflights: [String]
 
     public init(fileName: String, sql: String) throws {
         guard fileName.hasSuffix(".sql"), let underscore = fileName.firstIndex(of: "_"),
@@ -27,6 +30,13 @@ public struct MigrationFile: Sendable, Equatable {
         checksum = Self.checksum(of: sql)
         let firstLine = sql.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         runsInTransaction = firstLine.trimmingCharacters(in: .whitespaces) != Self.noTransactionHeader
+        let header = sql.split(separator: "\n", omittingEmptySubsequences: false)
+            .prefix { $0.trimmingCharacters(in: .whitespaces).hasPrefix("--") }
+        preflights = header.compactMap { line in
+            let text = line.trimmingCharacters(in: .whitespaces)
+            guard text.hasPrefix(Self.preflightHeader) else { return nil }
+            return text.dropFirst(Self.preflightHeader.count).trimmingCharacters(in: .whitespaces)
+        }
     }
 
     /// The checksum ignores CRLF versus LF, a byte-order mark, trailing whitespace and trailing blank lines,

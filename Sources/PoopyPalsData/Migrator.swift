@@ -37,7 +37,21 @@ public struct Migrator: Sendable {
         public let file: MigrationFile
         public let duration: Duration
         public let attempts: Int
+        /// Things done on the way that an operator should hear about.
+        public let notes: [String]
     }
+
+    /// Pre-flight checks a file can ask for: each returns why the database is not ready, or nil.
+    static let preflightChecks: [String: @Sendable (Connection) throws -> String?] = [
+        "duplicate-emails": { connection in
+            let groups = try DuplicateEmails.findIfUsersExist(on: connection)
+            guard !groups.isEmpty else { return nil }
+            let users = groups.reduce(0) { $0 + $1.users }
+            return "\(groups.count) email\(groups.count == 1 ? " is" : "s are") shared by \(users) users "
+                + "(exactly, or differing only in letter case or spaces). Merge them first with "
+                + "`poopypals users merge-duplicates` (preview with --dry-run), then run migrate again."
+        },
+    ]
 
     /// Distinguishes our session advisory lock from any other application's ("PoopyPls" in ASCII).
     static let advisoryLockKey: Int64 = 0x506F_6F70_7950_6C73
@@ -82,7 +96,7 @@ public struct Migrator: Sendable {
     public func migrate(on connection: Connection) throws -> [Applied] {
         try acquireLock(on: connection)
         defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))") }
-        try connection.executeScript(Self.historyTableSQL)
+        // Everything that can refuse runs before the first change (even before the history table exists).
         let pending = try pendingFiles(applied: appliedMigrations(on: connection))
         let scripts = try pending.map { file in
             let script = SQLScript(file.sql)
@@ -91,6 +105,8 @@ public struct Migrator: Sendable {
             }
             return script
         }
+        try runPreflights(for: pending, on: connection)
+        try connection.executeScript(Self.historyTableSQL)
         if pending.isEmpty { logger.info("database is up to date") }
         return try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
     }
@@ -130,6 +146,17 @@ public struct Migrator: Sendable {
         }
         guard problems.isEmpty else { throw MigrationError.refused(problems) }
         return pending
+    }
+
+    private func runPreflights(for files: [MigrationFile], on connection: Connection) throws {
+        for file in files {
+            for name in file.preflights {
+                guard let check = Self.preflightChecks[name] else { throw MigrationError.unknownPreflight(file: file.fileName, check: name) }
+                if let message = try check(connection) {
+                    throw MigrationError.preflightFailed(file: file.fileName, check: name, message: message)
+                }
+            }
+        }
     }
 
     private static func controlsTransaction(_ statement: SQLScript.Statement) -> Bool {
@@ -180,6 +207,8 @@ public struct Migrator: Sendable {
         let clock = ContinuousClock()
         let started = clock.now
         var attempt = 1
+        var notes: [String] = []
+        if !file.runsInTransaction { notes += try dropInvalidIndexes(script, of: file, on: connection) }
         while true {
             do {
                 if file.runsInTransaction {
@@ -196,7 +225,7 @@ public struct Migrator: Sendable {
                 }
                 let duration = clock.now - started
                 logger.info("applied \(file.fileName)", metadata: ["ms": "\(duration.milliseconds)", "attempts": "\(attempt)"])
-                return Applied(file: file, duration: duration, attempts: attempt)
+                return Applied(file: file, duration: duration, attempts: attempt, notes: notes)
             } catch where SQLState.lockNotAvailable ~= Self.serverError(in: error) && attempt <= options.lockRetries {
                 let backoff = options.lockRetryBackoff * (1 << (attempt - 1))
                 logger.warning("\(file.fileName) timed out waiting for a lock; retrying",
@@ -205,6 +234,40 @@ public struct Migrator: Sendable {
                 attempt += 1
             }
         }
+    }
+
+    /// A `CREATE INDEX CONCURRENTLY` that failed midway leaves an INVALID index behind, which `IF NOT EXISTS`
+    /// would then silently keep. Before running the file again, drop each invalid index it is about to build.
+    private func dropInvalidIndexes(_ script: SQLScript, of file: MigrationFile, on connection: Connection) throws -> [String] {
+        var notes: [String] = []
+        for statement in script.statements {
+            guard let name = Self.concurrentIndexName(statement.code) else { continue }
+            let invalid = try connection.query("""
+                SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(\(name))
+                """).first?.decode(0, as: Bool.self) ?? false
+            guard invalid else { continue }
+            let note = "dropped invalid index \(name) left by an earlier failed build of \(file.fileName); building it again"
+            logger.warning("\(note)")
+            try connection.executeScript("DROP INDEX CONCURRENTLY IF EXISTS \(name)")
+            notes.append(note)
+        }
+        return notes
+    }
+
+    /// The index name of `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name …`, else nil.
+    static func concurrentIndexName(_ code: String) -> String? {
+        var words = code.split(whereSeparator: \.isWhitespace).map(String.init)[...]
+        func take(_ word: String) -> Bool {
+            guard words.first?.uppercased() == word else { return false }
+            words = words.dropFirst()
+            return true
+        }
+        guard take("CREATE") else { return nil }
+        _ = take("UNIQUE")
+        guard take("INDEX"), take("CONCURRENTLY") else { return nil }
+        if take("IF") { guard take("NOT"), take("EXISTS") else { return nil } }
+        guard let name = words.first, !name.uppercased().hasPrefix("ON") else { return nil }
+        return name.hasSuffix("(") ? String(name.dropLast()) : name
     }
 
     private func run(_ script: SQLScript, of file: MigrationFile, on connection: Connection) throws {

@@ -11,6 +11,8 @@ public struct SQLScript: Sendable {
         public let line: Int
         /// The first keyword, upper-cased (`CREATE`, `BEGIN`, …).
         public let keyword: String
+        /// The statement from its first token on (leading comments dropped).
+        public let code: String
     }
 
     public let statements: [Statement]
@@ -51,7 +53,8 @@ public struct SQLScript: Sendable {
             if let first = firstToken {
                 let text = String(String.UnicodeScalarView(s[start..<end]))
                 let line = lineStarts.lastIndex(where: { $0 <= first }).map { $0 + 1 } ?? 1
-                statements.append(Statement(text: text, offset: start, line: line, keyword: firstWord))
+                let code = String(String.UnicodeScalarView(s[first..<end]))
+                statements.append(Statement(text: text, offset: start, line: line, keyword: firstWord, code: code))
             }
             start = end + 1
             firstToken = nil

@@ -74,6 +74,7 @@ extension Migrate {
                     return
                 }
                 let applied = try migrator.migrate(on: connection)
+                for note in applied.flatMap(\.notes) { print("note: \(note)") }
                 let version = try migrator.status(on: connection).currentVersion.map { String($0) } ?? "none"
                 print(applied.isEmpty
                       ? "Nothing to apply; the database is at version \(version)."
@@ -102,7 +103,7 @@ extension Migrate {
             let status: MigrationStatus
             do {
                 status = try migrator.status(on: connection)
-                print(json ? try status.json() : status.table())
+                print(json ? try StatusOutput.json(status) : StatusOutput.table(status))
             } catch {
                 fail("\(error)", status: .checkFailed)
             }
@@ -122,5 +123,23 @@ enum DryRun {
             text += file.sql.hasSuffix("\n") ? file.sql : file.sql + "\n"
         }
         return text + "\nDry run: nothing was changed."
+    }
+}
+
+/// What `migrate status` prints.
+enum StatusOutput {
+    static func table(_ status: MigrationStatus) -> String {
+        OutputFormat.table(["VERSION", "NAME", "APPLIED AT (UTC)", "STATE"], status.entries.map {
+            [String(format: "%04lld", $0.version), $0.name, $0.appliedAt.map(OutputFormat.timestamp) ?? "-", $0.state.rawValue]
+        })
+    }
+
+    /// `{"upToDate":…, "currentVersion":…, "migrations":[{version, name, appliedAt, state}]}`.
+    static func json(_ status: MigrationStatus) throws -> String {
+        struct Entry: Encodable { let version: Int64; let name: String; let appliedAt: Date?; let state: String }
+        struct Document: Encodable { let upToDate: Bool; let currentVersion: Int64?; let migrations: [Entry] }
+        return try OutputFormat.json(Document(
+            upToDate: status.isUpToDate, currentVersion: status.currentVersion,
+            migrations: status.entries.map { Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: $0.state.rawValue) }))
     }
 }

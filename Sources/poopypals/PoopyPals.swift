@@ -5,6 +5,6 @@ struct PoopyPals: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "poopypals",
         abstract: "The PoopyPals data layer: migrations and operations on its PostgreSQL database.",
-        subcommands: [Migrate.self]
+        subcommands: [Migrate.self, Monitor.self, Users.self]
     )
 }

@@ -44,9 +44,10 @@ public enum TestProject {
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        // Read both pipes while the process runs, so a chatty child never blocks on a full pipe.
-        async let out = Task.detached { stdout.fileHandleForReading.readDataToEndOfFile() }.value
-        async let err = Task.detached { stderr.fileHandleForReading.readDataToEndOfFile() }.value
+        // Read both pipes while the process runs, so a chatty child never blocks on a full pipe. The reads block,
+        // so they get threads of their own rather than two of the few cooperative ones.
+        async let out = readToEnd(stdout.fileHandleForReading)
+        async let err = readToEnd(stderr.fileHandleForReading)
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
             if ContinuousClock.now > deadline {
@@ -58,6 +59,12 @@ public enum TestProject {
         return Output(status: process.terminationStatus,
                       stdout: String(decoding: await out, as: UTF8.self),
                       stderr: String(decoding: await err, as: UTF8.self))
+    }
+
+    private static func readToEnd(_ handle: FileHandle) async -> Data {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: handle.readDataToEndOfFile()) }.start()
+        }
     }
 
     /// A folder of migration files for one test, removed by the caller with `FileManager.removeItem`.

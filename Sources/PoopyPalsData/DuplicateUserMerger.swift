@@ -1,0 +1,131 @@
+import Foundation
+import Logging
+import PostgresClient
+
+/// Repairs fragmented accounts: for each normalised email with several users, keeps the canonical one
+/// (oldest `created_at`, then smallest id), points every reference at it, deletes the others, and
+/// normalises every email. One transaction; running it again finds nothing to do.
+public struct DuplicateUserMerger: Sendable {
+    public struct Group: Sendable, Encodable {
+        public let email: String
+        public let canonical: UUID
+        public let merged: [UUID]
+    }
+
+    public struct Report: Sendable, Encodable {
+        public let groups: [Group]
+        /// References moved, by `table.column`.
+        public let referencesMoved: [String: Int]
+        public let emailsNormalized: Int
+        public let dryRun: Bool
+
+        public var usersMerged: Int { groups.reduce(0) { $0 + $1.merged.count } }
+        public var totalReferencesMoved: Int { referencesMoved.values.reduce(0, +) }
+    }
+
+    public struct UnsupportedReference: Error, CustomStringConvertible {
+        public let constraint: String
+        public var description: String {
+            "foreign key \(constraint) references users with several columns; merge it by hand"
+        }
+    }
+
+    private let logger = Logger(label: "poopypals.users.merge")
+
+    public init() {}
+
+    /// With `dryRun`, does all of it and rolls back: what it prints is exactly what it would do.
+    /// - Throws: `PostgresError`; `UnsupportedReference` for a multi-column foreign key to users.
+    public func run(on connection: Connection, dryRun: Bool) throws -> Report {
+        do {
+            return try connection.transaction { conn in
+                let report = try merge(on: conn, dryRun: dryRun)
+                if dryRun { throw DryRunRollback(report: report) }
+                return report
+            }
+        } catch let rollback as DryRunRollback {
+            return rollback.report
+        }
+    }
+
+    private func merge(on conn: Connection, dryRun: Bool) throws -> Report {
+        // No one may add or change users while we merge them.
+        try conn.executeScript("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
+        let groups = try conn.query("""
+            SELECT lower(btrim(email)) AS email,
+                   array_agg(id::text ORDER BY (to_jsonb(u) ->> 'created_at')::timestamptz ASC NULLS LAST, id) AS ids
+            FROM users u GROUP BY lower(btrim(email)) HAVING count(*) > 1 ORDER BY 1
+            """).map { row -> Group in
+            let ids = try Self.uuids(row.decode("ids", as: String.self))
+            return Group(email: try row.decode("email"), canonical: ids[0], merged: Array(ids.dropFirst()))
+        }
+
+        // Every foreign key that references users, found in the catalog.
+        let references = try conn.query("""
+            SELECT c.conname, c.conrelid::regclass::text AS tbl, c.relforce, array_length(c.conkey, 1) AS columns,
+                   (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = c.conrelid AND a.attnum = c.conkey[1]) AS col
+            FROM (SELECT con.*, cl.relforcerowsecurity AS relforce FROM pg_constraint con
+                  JOIN pg_class cl ON cl.oid = con.conrelid
+                  WHERE con.contype = 'f' AND con.confrelid = 'users'::regclass) c
+            ORDER BY 2, 5
+            """)
+        var moved: [String: Int] = [:]
+        var unforced: [String] = []
+        for reference in references {
+            guard try reference.decode("columns", as: Int.self) == 1 else {
+                throw UnsupportedReference(constraint: try reference.decode("conname"))
+            }
+            let table: String = try reference.decode("tbl")
+            let column: String = try reference.decode("col")
+            // Forced row-level security would hide other devices' rows from us: lift it inside this transaction
+            // only (no other session ever sees it lifted) and put it back below.
+            if try reference.decode("relforce", as: Bool.self), !unforced.contains(table) {
+                try conn.executeScript("ALTER TABLE \(table) NO FORCE ROW LEVEL SECURITY")
+                unforced.append(table)
+            }
+            var count = 0
+            for group in groups {
+                count += try conn.execute("""
+                    UPDATE \(unescaped: table) SET \(unescaped: Self.quoted(column)) = \(group.canonical)
+                    WHERE \(unescaped: Self.quoted(column)) = ANY(\(Self.array(group.merged))::uuid[])
+                    """)
+            }
+            moved["\(table).\(column)"] = count
+        }
+        for table in unforced { try conn.executeScript("ALTER TABLE \(table) FORCE ROW LEVEL SECURITY") }
+
+        for group in groups {
+            try conn.execute("DELETE FROM users WHERE id = ANY(\(Self.array(group.merged))::uuid[])")
+            logger.notice(dryRun ? "would merge duplicate users (dry run)" : "merged duplicate users", metadata: [
+                "email": "\((try? Email(group.email).redacted) ?? "***")", "kept": "\(redacted(group.canonical))",
+                "merged": "\(group.merged.count)",
+            ])
+        }
+        let normalized = try conn.execute("UPDATE users SET email = lower(btrim(email)) WHERE email <> lower(btrim(email))")
+        // Once every email is normalised, the check added NOT VALID (for legacy data) can be validated.
+        try conn.executeScript("""
+            DO $$
+            BEGIN
+                IF EXISTS (SELECT FROM pg_constraint WHERE conname = 'users_email_normalized'
+                           AND conrelid = 'users'::regclass AND NOT convalidated) THEN
+                    ALTER TABLE users VALIDATE CONSTRAINT users_email_normalized;
+                END IF;
+            END
+            $$
+            """)
+        return Report(groups: groups, referencesMoved: moved, emailsNormalized: normalized, dryRun: dryRun)
+    }
+
+    private static func uuids(_ text: String) throws -> [UUID] {
+        text.trimmingCharacters(in: CharacterSet(charactersIn: "{}")).split(separator: ",").compactMap { UUID(uuidString: String($0)) }
+    }
+
+    private static func array(_ ids: [UUID]) -> String { "{" + ids.map { $0.uuidString.lowercased() }.joined(separator: ",") + "}" }
+
+    /// A catalog column name as an SQL identifier.
+    private static func quoted(_ identifier: String) -> String { "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+}
+
+private struct DryRunRollback: Error {
+    let report: DuplicateUserMerger.Report
+}

@@ -1,0 +1,93 @@
+import ArgumentParser
+import Foundation
+import PoopyPalsData
+import PostgresClient
+
+/// Checks a cron job can alert on. Exit status: 0 fine, 1 problem found, 2 the check itself failed.
+struct Monitor: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Checks for cron jobs and Nagios-style monitoring.",
+        discussion: "Exit status: 0 nothing found; 1 a problem was found; 2 the check itself failed (database unreachable, missing table).",
+        subcommands: [DuplicateEmailsCheck.self, RLSCheck.self]
+    )
+}
+
+extension Monitor {
+    struct DuplicateEmailsCheck: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "duplicate-emails",
+            abstract: "Emails used by more than one user, exactly or after trimming and lower-casing; newest first.")
+
+        @OptionGroup var connection: ConnectionOptions
+
+        @Flag(help: "Print JSON instead of a table.")
+        var json = false
+
+        @Flag(help: "Show emails in full (default: redacted, c***@example.com, since cron output ends up in logs).")
+        var unredacted = false
+
+        @Flag(help: "Print the SQL this check runs, and exit.")
+        var showSQL = false
+
+        func run() throws {
+            if showSQL {
+                print(DuplicateEmails.sql)
+                return
+            }
+            let connection = try connection.connect()
+            let groups: [DuplicateEmails.Group]
+            do {
+                groups = try DuplicateEmails.find(on: connection)
+            } catch {
+                fail("the duplicate-email check failed: \(error)", status: .checkFailed)
+            }
+            let shown = groups.map { unredacted ? $0.email : $0.redactedEmail }
+            if json {
+                struct Entry: Encodable { let email: String; let users: Int; let kind: String; let newestCreatedAt: Date?; let userIds: [UUID] }
+                struct Document: Encodable { let duplicates: [Entry]; let groups: Int; let affectedUsers: Int }
+                let entries = zip(groups, shown).map { Entry(email: $1, users: $0.users, kind: $0.kind, newestCreatedAt: $0.newestCreatedAt, userIds: $0.userIDs) }
+                print(try OutputFormat.json(Document(duplicates: entries, groups: groups.count, affectedUsers: groups.reduce(0) { $0 + $1.users })))
+            } else if groups.isEmpty {
+                print("No duplicate emails.")
+            } else {
+                let rows = zip(groups, shown).map { group, email in
+                    [email, String(group.users), group.kind, group.newestCreatedAt.map(OutputFormat.timestamp) ?? "-",
+                     group.userIDs.map { $0.uuidString.lowercased() }.joined(separator: " ")]
+                }
+                print(OutputFormat.table(["EMAIL", "USERS", "KIND", "NEWEST (UTC)", "USER IDS"], rows))
+                print("\n\(groups.count) email\(groups.count == 1 ? "" : "s") shared by \(groups.reduce(0) { $0 + $1.users }) users. Repair: poopypals users merge-duplicates --dry-run")
+            }
+            if !groups.isEmpty { throw ExitCode(ExitStatus.problem.rawValue) }
+        }
+    }
+
+    struct RLSCheck: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rls",
+            abstract: "Is device isolation on: RLS enabled and forced, the four policies, the function, the service role.")
+
+        @OptionGroup var connection: ConnectionOptions
+
+        @Flag(help: "Print JSON instead of a list.")
+        var json = false
+
+        func run() throws {
+            let connection = try connection.connect()
+            let report: RLSAudit.Report
+            do {
+                report = try RLSAudit().run(on: connection)
+            } catch {
+                fail("the RLS audit failed: \(error)", status: .checkFailed)
+            }
+            if json {
+                print(try OutputFormat.json(report))
+            } else {
+                for check in report.checks {
+                    print("\(check.ok ? "ok  " : "FAIL") \(check.check)\(check.problem.map { ": \($0)" } ?? "")")
+                }
+                print(report.ok ? "\nDevice isolation is on." : "\n\(report.checks.filter { !$0.ok }.count) check(s) failed.")
+            }
+            if !report.ok { throw ExitCode(ExitStatus.problem.rawValue) }
+        }
+    }
+}
