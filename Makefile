@@ -5,11 +5,9 @@ BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
 .PHONY: run test build db-start db-stop db-reset migrate status
 
-## make run: start PostgreSQL, apply migrations, show their status
+## make run: start PostgreSQL, apply migrations, serve the API in dev mode (prints curl examples)
 run: build
-	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && \
-	  "$(BIN)" migrate && \
-	  "$(BIN)" migrate status
+	@scripts/run.sh "$(BIN)"
 
 ## make test: start PostgreSQL and PgBouncer, build, run every test
 test:

@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let package = Package(
@@ -13,6 +13,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        // The HTTP service. Hummingbird's swift-configuration trait is left off: we do not use it.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
     ],
     targets: [
         // The C boundary: only PostgresClient imports this.
@@ -36,6 +41,19 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
+        .target(
+            name: "PoopyPalsHTTP",
+            dependencies: [
+                "PoopyPalsData",
+                "PostgresClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         // `make bench`: our data layer beside pgbench running the same SQL.
         .executableTarget(
             name: "poopypals-bench",
@@ -49,6 +67,7 @@ let package = Package(
             name: "poopypals",
             dependencies: [
                 "PoopyPalsData",
+                "PoopyPalsHTTP",
                 "PostgresClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -63,6 +82,10 @@ let package = Package(
         .testTarget(
             name: "PostgresClientTests",
             dependencies: ["PostgresClient", "TestSupport"]
+        ),
+        .testTarget(
+            name: "PoopyPalsHTTPTests",
+            dependencies: ["PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals"]
         ),
         .testTarget(
             name: "PoopyPalsDataTests",

@@ -61,6 +61,13 @@ public struct UserRepository: Sendable {
         }
     }
 
+    /// The user with this id, else with this email (as `ensureProfile` would find it); nil when neither exists.
+    /// - Throws: `InvalidField` for a malformed email.
+    public func find(id: UUID, email: String, as device: DeviceID) async throws -> User? {
+        let input = try ProfileInput(id: id, email: email, fullName: nil, dateOfBirth: nil)
+        return try await database.asDevice(device, idempotent: true) { tx in try Self.find(input, in: tx, final: true) }
+    }
+
     /// The same, inside the caller's transaction. The insert runs under a savepoint, so a 23505 never aborts
     /// the caller's transaction.
     /// - Throws: as `ensureProfile(as:…)`; `RepositoryError.conflictNotVisible` when the caller's snapshot

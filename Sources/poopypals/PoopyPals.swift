@@ -1,10 +1,10 @@
 import ArgumentParser
 
 @main
-struct PoopyPals: ParsableCommand {
+struct PoopyPals: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "poopypals",
-        abstract: "The PoopyPals data layer: migrations and operations on its PostgreSQL database.",
-        subcommands: [Migrate.self, Monitor.self, Users.self]
+        abstract: "The PoopyPals data layer: the HTTP service, migrations and operations on its PostgreSQL database.",
+        subcommands: [Migrate.self, Monitor.self, Users.self, Serve.self, DevToken.self]
     )
 }

@@ -1,0 +1,23 @@
+# Build with the Swift image and libpq-dev; run on a slim Debian with libpq only.
+ARG SWIFT_VERSION=6.1
+FROM swift:${SWIFT_VERSION}-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev pkg-config && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Package.swift ./
+COPY Sources ./Sources
+COPY Tests ./Tests
+RUN swift build -c release --product poopypals --static-swift-stdlib \
+    && cp "$(swift build -c release --show-bin-path)/poopypals" /poopypals
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends libpq5 ca-certificates tzdata \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --no-create-home --uid 10001 poopypals
+COPY --from=build /poopypals /usr/local/bin/poopypals
+COPY sql /app/sql
+WORKDIR /app
+USER poopypals
+ENV POOPYPALS_MIGRATIONS_DIR=/app/sql POOPYPALS_HOST=0.0.0.0 PORT=8080
+EXPOSE 8080
+ENTRYPOINT ["poopypals"]
+CMD ["serve"]

@@ -1,0 +1,84 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import PoopyPalsData
+import PostgresClient
+
+/// Every error the API returns: `{ "error": { "code": "snake_case", "message": "…" } }` with its status.
+/// Messages never contain SQL, a device id, an email, a token or a password.
+public struct APIError: Error, HTTPResponseError, Sendable {
+    public let status: HTTPResponse.Status
+    public let code: String
+    public let message: String
+    public var headers: HTTPFields = [:]
+
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+
+    private struct Body: Encodable {
+        struct Detail: Encodable { let code: String; let message: String }
+        let error: Detail
+    }
+
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        var response = try JSONResponse.make(status, Body(error: .init(code: code, message: message)))
+        response.headers.append(contentsOf: headers)
+        return response
+    }
+
+    static func unauthorized(_ code: String, _ message: String) -> APIError { APIError(.unauthorized, code, message) }
+    static func invalid(_ field: String, _ reason: String) -> APIError { APIError(.badRequest, "invalid_field", "\(field): \(reason)") }
+    static let notFound = APIError(.notFound, "not_found", "no such resource")
+
+    /// The API's answer for any error thrown below it.
+    static func from(_ error: any Error) -> APIError {
+        switch error {
+        case let error as APIError: return error
+        case let error as AuthenticationError:
+            return .unauthorized(error == .missingDeviceID ? "missing_device_id" : "invalid_device_id",
+                                 error == .missingDeviceID ? "the X-Device-ID header is required" : "X-Device-ID must be a UUID")
+        case let error as InvalidField: return .invalid(error.field, error.reason)
+        case let error as RepositoryError:
+            switch error {
+            case .logIDInUse: return APIError(.conflict, "log_id_in_use", error.description)
+            case .deviceNotRegistered: return APIError(.conflict, "device_not_registered", "register this device first (PUT /v1/device)")
+            case .userNotFound: return .notFound
+            case .conflictNotVisible: return APIError(.conflict, "retry", error.description)
+            }
+        case let error as TransactionError: return from(error.underlying)
+        case let error as PostgresClientError:
+            switch error.kind {
+            case .connectionFailed, .connectionLost, .poolTimeout, .poolClosed: return .databaseUnavailable
+            case .invalidParameter: return APIError(.badRequest, "invalid_request", "a value in the request cannot be stored (a NUL character?)")
+            default: return .internalError
+            }
+        case let error as PostgresError:
+            switch error.sqlState.errorClass {
+            case .connectionException, .insufficientResources, .operatorIntervention: return .databaseUnavailable
+            default: return .internalError
+            }
+        case is NIOTooManyBytesError:
+            return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
+        case let error as HTTPError:
+            switch error.status {
+            case .notFound: return APIError(.notFound, "not_found", "no such route")
+            case .methodNotAllowed: return APIError(.methodNotAllowed, "method_not_allowed", "this route does not take that method")
+            case .contentTooLarge: return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
+            default: return APIError(error.status, "http_\(error.status.code)", error.status.reasonPhrase)
+            }
+        default: return .internalError
+        }
+    }
+
+    static var databaseUnavailable: APIError {
+        var error = APIError(.serviceUnavailable, "database_unavailable", "the database is not reachable; try again shortly")
+        error.headers[.retryAfter] = "2"
+        return error
+    }
+
+    static let internalError = APIError(.internalServerError, "internal_error", "something went wrong on our side")
+}

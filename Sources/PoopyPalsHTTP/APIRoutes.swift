@@ -1,0 +1,146 @@
+import Foundation
+import Hummingbird
+import Metrics
+import PoopyPalsData
+import PostgresClient
+import Prometheus
+
+/// The routes the app calls. Handlers never filter by device themselves: the device id becomes
+/// `app.device_id` of the request transaction and row-level security does the rest.
+struct APIRoutes: Sendable {
+    let database: Database
+    let tokens: TokenVerifier
+    let metrics: PrometheusCollectorRegistry
+    var users: UserRepository { UserRepository(database: database) }
+    var devices: DeviceRepository { DeviceRepository(database: database) }
+    var logs: PoopLogRepository { PoopLogRepository(database: database) }
+
+    func register(on router: Router<APIContext>) {
+        router.put("/v1/device", use: putDevice)
+        router.get("/v1/device", use: getDevice)
+        router.post("/v1/logs", use: createLog)
+        router.get("/v1/logs", use: listLogs)
+        router.get("/v1/logs/{id}", use: getLog)
+        router.patch("/v1/logs/{id}", use: patchLog)
+        router.delete("/v1/logs/{id}", use: deleteLog)
+        router.put("/v1/profile", use: putProfile)
+        router.get("/v1/profile", use: getProfile)
+        router.get("/healthz", use: health)
+        router.get("/metrics", use: prometheus)
+    }
+
+    // MARK: Device
+
+    @Sendable func putDevice(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let body = try await JSONBody.read(request, context: context,
+                                           allowed: ["model", "osVersion", "appVersion", "buildNumber", "isSimulator"],
+                                           serverOwned: ["id", "userId", "createdAt", "lastSeenAt"])
+        let info = DeviceInfo(model: try body.string("model"), osVersion: try body.string("osVersion"),
+                              appVersion: try body.string("appVersion"), buildNumber: try body.string("buildNumber"),
+                              isSimulator: try body.bool("isSimulator") ?? false)
+        let registration = try await devices.register(info, as: device)
+        return try JSONResponse.make(registration.created ? .created : .ok, DeviceBody(registration.device))
+    }
+
+    @Sendable func getDevice(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        guard let row = try await devices.current(as: device) else { throw APIError(.notFound, "not_found", "this device is not registered") }
+        return try JSONResponse.make(.ok, DeviceBody(row))
+    }
+
+    // MARK: Logs
+
+    @Sendable func createLog(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let body = try await JSONBody.read(request, context: context, allowed: ["id", "occurredAt", "bristolType", "notes"],
+                                           serverOwned: ["deviceId", "createdAt", "updatedAt"])
+        let new = NewPoopLog(id: try body.uuid("id"), occurredAt: try body.required("occurredAt", body.timestamp),
+                             bristolType: try body.required("bristolType", body.int), notes: try body.string("notes"))
+        let (log, created) = try await logs.create(new, as: device)
+        return try JSONResponse.make(created ? .created : .ok, LogBody(log))
+    }
+
+    @Sendable func listLogs(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let query = request.uri.queryParameters
+        var limit = 50
+        if let text = query.get("limit") {
+            guard let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
+            limit = value
+        }
+        let page = try await logs.list(before: query.get("before"), limit: limit, as: device)
+        return try JSONResponse.make(.ok, LogPageBody(items: page.items.map(LogBody.init), nextCursor: page.nextCursor))
+    }
+
+    @Sendable func getLog(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        guard let log = try await logs.get(try Self.logID(context), as: device) else { throw APIError.notFound }
+        return try JSONResponse.make(.ok, LogBody(log))
+    }
+
+    @Sendable func patchLog(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let id = try Self.logID(context)
+        let body = try await JSONBody.read(request, context: context, allowed: ["occurredAt", "bristolType", "notes"],
+                                           serverOwned: ["id", "deviceId", "createdAt", "updatedAt"])
+        var patch = PoopLogPatch(occurredAt: try body.timestamp("occurredAt"), bristolType: try body.int("bristolType"))
+        if body.isNull("notes") { patch.notes = .clear } else if let notes = try body.string("notes") { patch.notes = .set(notes) }
+        guard let log = try await logs.update(id, patch, as: device) else { throw APIError.notFound }
+        return try JSONResponse.make(.ok, LogBody(log))
+    }
+
+    @Sendable func deleteLog(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        guard try await logs.delete(try Self.logID(context), as: device) else { throw APIError.notFound }
+        return Response(status: .noContent)
+    }
+
+    static func logID(_ context: APIContext) throws -> UUID {
+        guard let text = context.parameters.get("id"), let id = UUID(uuidString: text) else { throw APIError.invalid("id", "must be a UUID") }
+        return id
+    }
+
+    // MARK: Profile
+
+    /// Ensures the profile of the token's user (idempotent: a 23505 means it exists) and links this device.
+    @Sendable func putProfile(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let identity = try await tokens.verify(authorization: request.headers[.authorization])
+        let body = try await JSONBody.read(request, context: context, allowed: ["fullName", "dateOfBirth"],
+                                           serverOwned: ["id", "email", "role", "createdAt", "updatedAt", "userId"])
+        let profile = try await users.ensureProfile(as: device, id: identity.userID, email: identity.email,
+                                                    fullName: try body.string("fullName"), dateOfBirth: try body.date("dateOfBirth"))
+        let linked = try await devices.link(toUser: profile.user.id, as: device)
+        return try JSONResponse.make(.ok, ProfileBody(user: UserBody(profile.user), device: DeviceBody(linked)))
+    }
+
+    @Sendable func getProfile(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let identity = try await tokens.verify(authorization: request.headers[.authorization])
+        guard let user = try await users.find(id: identity.userID, email: identity.email, as: device) else {
+            throw APIError(.notFound, "not_found", "no profile yet; create it with PUT /v1/profile")
+        }
+        return try JSONResponse.make(.ok, ProfileBody(user: UserBody(user), device: try await devices.current(as: device).map(DeviceBody.init)))
+    }
+
+    // MARK: Operations
+
+    @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {
+        do {
+            try await database.asSystem { try $0.query("SELECT 1") }
+        } catch {
+            throw APIError.databaseUnavailable
+        }
+        return try JSONResponse.make(.ok, ["status": "ok"])
+    }
+
+    @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {
+        let pool = database.pool.statistics
+        Gauge(label: "poopypals_db_pool_in_use").record(pool.inUse)
+        Gauge(label: "poopypals_db_pool_waiting").record(pool.waiting)
+        Gauge(label: "poopypals_db_pool_open").record(pool.open)
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: metrics.emitToBuffer())))
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+
+extension HTTPField.Name {
+    static let requestID = HTTPField.Name("X-Request-ID")!
+    static let deviceID = HTTPField.Name("X-Device-ID")!
+}
+
+/// Outermost: gives every request an id (the client's when it is sane), returns it in `X-Request-ID`, and
+/// logs one line per request with the id, route template, status and duration — never a path with ids in
+/// it, a header value or a body.
+struct RequestLogMiddleware: RouterMiddleware {
+    typealias Context = APIContext
+    let logger: Logger
+
+    func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+        var context = context
+        let id = Self.sane(request.headers[.requestID]) ?? UUID().uuidString.lowercased()
+        context.requestID = id
+        context.logger[metadataKey: "request_id"] = "\(id)"
+        let started = ContinuousClock.now
+        var response: Response
+        do {
+            response = try await next(request, context)
+        } catch {
+            // The error middleware maps everything; this is a last resort that still answers in our format.
+            response = try APIError.internalError.response(from: request, context: context)
+        }
+        response.headers[.requestID] = id
+        let elapsed = ContinuousClock.now - started
+        logger.info("request", metadata: [
+            "request_id": "\(id)", "method": "\(request.method)", "route": "\(context.endpointPath ?? "unmatched")",
+            "status": "\(response.status.code)",
+            "duration_ms": "\(String(format: "%.2f", Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000))",
+        ])
+        return response
+    }
+
+    /// 1–128 characters of letters, digits and `-_.:`; anything else is replaced by a fresh id.
+    static func sane(_ value: String?) -> String? {
+        guard let value, (1...128).contains(value.count),
+              value.unicodeScalars.allSatisfy({ $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:".unicodeScalars.contains($0)) })
+        else { return nil }
+        return value
+    }
+}
+
+/// Turns every error into the API's JSON error with the right status; unexpected ones are logged (with the
+/// request id, and only the error's safe description) and answered with a generic 500.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = APIContext
+
+    func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch {
+            let apiError = APIError.from(error)
+            if apiError.status == .internalServerError {
+                context.logger.error("request failed", metadata: ["error": "\(error)"])
+            } else if apiError.status == .serviceUnavailable {
+                context.logger.warning("database unavailable", metadata: ["error": "\(error)"])
+            }
+            return try apiError.response(from: request, context: context)
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PoopyPalsHTTP
+import PostgresClient
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the HTTP API the app calls.",
+        discussion: """
+            Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. SIGTERM or SIGINT: stop \
+            accepting, finish in-flight requests, close the pool, exit 0 within 10 s.
+            """)
+
+    @OptionGroup var connection: ConnectionOptions
+
+    @Option(help: "Address to bind (default: $POOPYPALS_HOST, else 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "Port (default: $PORT, else 8080; 0 picks a free one).")
+    var port: Int?
+
+    @Option(help: "Database connections (default: $POOPYPALS_POOL_SIZE, else 10).")
+    var poolSize: Int?
+
+    @Flag(help: "Development mode: without AUTH_JWT_SECRET, generate a secret into .dev/jwt-secret for `poopypals dev-token`.")
+    var dev = false
+
+    func validate() throws {
+        if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0…65535") }
+        if let poolSize, !(1...200).contains(poolSize) { throw ValidationError("--pool-size must be 1…200") }
+    }
+
+    func run() async throws {
+        bootstrapLogging()
+        let logger = Logger(label: "poopypals.http")
+        let environment = ProcessInfo.processInfo.environment
+        var configuration = APIConfiguration(jwtSecret: try secret(environment, logger: logger), database: connection.configuration)
+        configuration.host = host ?? environment["POOPYPALS_HOST"] ?? "127.0.0.1"
+        guard let port = port ?? Int(environment["PORT"] ?? "8080"), (0...65535).contains(port) else { fail("PORT must be 0…65535", status: .checkFailed) }
+        configuration.port = port
+        guard let size = poolSize ?? Int(environment["POOPYPALS_POOL_SIZE"] ?? "10"), (1...200).contains(size) else {
+            fail("POOPYPALS_POOL_SIZE must be 1…200", status: .checkFailed)
+        }
+        configuration.poolSize = size
+        let host = configuration.host
+        do {
+            try await serve(configuration, logger: logger) { port in
+                // Unbuffered, so that a supervisor or test reading the pipe sees it at once.
+                FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
+            }
+        } catch let error as ConfigurationError {
+            fail("\(error)", status: .checkFailed)
+        }
+    }
+
+    /// AUTH_JWT_SECRET, or in dev mode a generated one kept in .dev/jwt-secret.
+    private func secret(_ environment: [String: String], logger: Logger) throws -> String {
+        if let secret = environment["AUTH_JWT_SECRET"], !secret.isEmpty { return secret }
+        guard dev else {
+            fail("AUTH_JWT_SECRET is not set (HS256 secret, at least 32 characters); use --dev for local development", status: .checkFailed)
+        }
+        let secret = try DevSecret.loadOrCreate()
+        logger.warning("dev mode: no AUTH_JWT_SECRET, using the generated secret in \(DevSecret.path); mint tokens with `poopypals dev-token --email you@example.com`")
+        return secret
+    }
+}
+
+struct DevToken: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dev-token",
+        abstract: "Mint a bearer token for local testing (with AUTH_JWT_SECRET, else the --dev secret).")
+
+    @Option(help: "The user's id (default: a new one).")
+    var sub: String?
+
+    @Option(help: "The user's email.")
+    var email: String
+
+    @Option(help: "Lifetime in seconds.")
+    var expiresIn = 3600
+
+    func validate() throws {
+        if let sub, UUID(uuidString: sub) == nil { throw ValidationError("--sub must be a UUID") }
+        guard (1...86_400 * 30).contains(expiresIn) else { throw ValidationError("--expires-in must be 1…2592000 seconds") }
+    }
+
+    func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let secret: String
+        if let configured = environment["AUTH_JWT_SECRET"], !configured.isEmpty {
+            secret = configured
+        } else if let stored = DevSecret.load() {
+            secret = stored
+        } else {
+            fail("no AUTH_JWT_SECRET and no \(DevSecret.path): start `poopypals serve --dev` (or `make run`) first", status: .checkFailed)
+        }
+        let verifier = try await TokenVerifier(secret: secret)
+        print(try await verifier.mint(userID: sub.flatMap(UUID.init(uuidString:)) ?? UUID(), email: email, expiresIn: TimeInterval(expiresIn)))
+    }
+}
+
+/// The development secret, kept beside the project (git-ignored) so that `dev-token` can sign with it.
+enum DevSecret {
+    static let path = ".dev/jwt-secret"
+
+    static func load() -> String? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        return text.isEmpty ? nil : text
+    }
+
+    static func loadOrCreate() throws -> String {
+        if let existing = load() { return existing }
+        var generator = SystemRandomNumberGenerator()
+        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        try FileManager.default.createDirectory(atPath: ".dev", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        guard FileManager.default.createFile(atPath: path, contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw ConfigurationError("cannot write \(path)")
+        }
+        return secret
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+@testable import PoopyPalsData
+@testable import PoopyPalsHTTP
+import PostgresClient
+import TestSupport
+
+/// The real application, in this process, on a free port of 127.0.0.1, over a test database.
+struct LiveAPI: Sendable {
+    static let secret = "test-secret-0123456789abcdef-0123456789"
+
+    let base: URL
+    let logs: Locked<[String]>
+    private let task: Task<Void, any Error>
+
+    struct Reply: Sendable {
+        let status: Int
+        let headers: [String: String]
+        let body: Data
+        var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
+        var errorCode: String? { (json?["error"] as? [String: Any])?["code"] as? String }
+        var text: String { String(decoding: body, as: UTF8.self) }
+        func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
+    }
+
+    /// Starts the app on `db` (or on any configuration), returns once it listens.
+    static func start(_ database: ConnectionConfiguration, poolSize: Int = 8) async throws -> LiveAPI {
+        let lines = Locked<[String]>([])
+        let logger = Logger(label: "poopypals.http") { _ in CapturingLogHandler(lines: lines) }
+        var configuration = APIConfiguration(jwtSecret: secret, database: database)
+        configuration.port = 0
+        configuration.poolSize = poolSize
+        let port = Locked<Int?>(nil)
+        let application = try await buildApplication(configuration, logger: logger) { bound in port.withLock { $0 = bound } }
+        let task = Task { try await application.run() }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while port.value == nil {
+            guard ContinuousClock.now < deadline else { throw SetupError("the API did not start listening") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return LiveAPI(base: URL(string: "http://127.0.0.1:\(port.value!)")!, logs: lines, task: task)
+    }
+
+    func stop() async {
+        task.cancel()
+        _ = try? await task.value
+    }
+
+    func send(_ method: String, _ path: String, device: UUID? = nil, token: String? = nil,
+              headers: [String: String] = [:], json: String? = nil, body: Data? = nil) async throws -> Reply {
+        var request = URLRequest(url: URL(string: path, relativeTo: base)!)
+        request.httpMethod = method
+        request.timeoutInterval = 15
+        if let device { request.setValue(device.uuidString.lowercased(), forHTTPHeaderField: "X-Device-ID") }
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        if let json {
+            request.httpBody = Data(json.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        } else if let body {
+            request.httpBody = body
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        guard let http = response as? HTTPURLResponse else { throw SetupError("not an HTTP response") }
+        var fields: [String: String] = [:]
+        for (name, value) in http.allHeaderFields { fields["\(name)"] = "\(value)" }
+        return Reply(status: http.statusCode, headers: fields, body: data)
+    }
+
+    /// A token as the auth provider would mint it.
+    func token(user: UUID = UUID(), email: String = "chris@example.com", expiresIn: TimeInterval = 600) async throws -> String {
+        try await TokenVerifier(secret: Self.secret).mint(userID: user, email: email, expiresIn: expiresIn)
+    }
+}
+
+/// Keeps every log line (message and metadata) for assertions about what is never logged.
+struct CapturingLogHandler: LogHandler {
+    let lines: Locked<[String]>
+    var logLevel: Logger.Level = .trace
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
+        let fields = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        lines.withLock { $0.append("\(event.level) \(event.message) \(fields)") }
+    }
+}
+
+extension TestDatabase {
+    /// A migrated database with the API running on it.
+    static func withAPI<T: Sendable>(poolSize: Int = 8, _ body: @Sendable (LiveAPI, TestDatabase) async throws -> T) async throws -> T {
+        try await withMigrated { db in
+            let api = try await LiveAPI.start(db.configuration, poolSize: poolSize)
+            do {
+                let value = try await body(api, db)
+                await api.stop()
+                return value
+            } catch {
+                await api.stop()
+                throw error
+            }
+        }
+    }
+}
+
+/// HS256 over arbitrary header and payload, for forging tokens that jwt-kit would not make.
+enum ForgedToken {
+    static func base64URL(_ data: Data) -> String {
+        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func make(header: String, payload: String, secret: String, signature: String? = nil) -> String {
+        let input = base64URL(Data(header.utf8)) + "." + base64URL(Data(payload.utf8))
+        return input + "." + (signature ?? base64URL(hmacSHA256(key: Array(secret.utf8), message: Array(input.utf8))))
+    }
+
+    static func hmacSHA256(key: [UInt8], message: [UInt8]) -> Data {
+        var block = key.count > 64 ? bytes(SHA256.hex(key)) : key
+        block += [UInt8](repeating: 0, count: 64 - block.count)
+        let inner = bytes(SHA256.hex(block.map { $0 ^ 0x36 } + message))
+        return Data(bytes(SHA256.hex(block.map { $0 ^ 0x5c } + inner)))
+    }
+
+    private static func bytes(_ hex: String) -> [UInt8] {
+        var result: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            result.append(UInt8(hex[index..<next], radix: 16)!)
+            index = next
+        }
+        return result
+    }
+}

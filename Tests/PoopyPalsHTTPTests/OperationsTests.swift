@@ -1,0 +1,142 @@
+import Foundation
+import Hummingbird
+@testable import PoopyPalsData
+@testable import PoopyPalsHTTP
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("Errors, limits and operations")
+struct OperationsTests {
+    @Test func oversizeAndMalformedBodiesAre413And400NeverA500() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            _ = try await api.send("PUT", "/v1/device", device: device)
+            let big = #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"notes":""# + String(repeating: "a", count: 70_000) + #""}"#
+            let tooLarge = try await api.send("POST", "/v1/logs", device: device, json: big)
+            #expect(tooLarge.status == 413)
+            #expect(tooLarge.errorCode == "payload_too_large")
+            for body in ["{", "[]", "\"text\"", "{\"bristolType\":}", "nul", String(repeating: "[", count: 5000)] {
+                let reply = try await api.send("POST", "/v1/logs", device: device, json: body)
+                #expect(reply.status == 400, "\(body.prefix(20))")
+                #expect(reply.errorCode == "invalid_json")
+            }
+            let nul = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"notes":"a\u0000b"}"#)
+            #expect(nul.status == 400)
+            #expect(try await api.send("GET", "/v1/logs?limit=abc", device: device).status == 400)
+            #expect(try await api.send("GET", "/v1/logs?limit=500", device: device).status == 400)
+            #expect(try await api.send("GET", "/v1/logs?before=garbage", device: device).status == 400)
+            #expect(try await api.send("GET", "/v1/logs/not-a-uuid", device: device).status == 400)
+            let unknown = try await api.send("GET", "/v1/nothing-here", device: device)
+            #expect(unknown.status == 404 && unknown.errorCode == "not_found")
+        }
+    }
+
+    @Test func everyResponseCarriesARequestIDEchoedOnlyWhenSane() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let echoed = try await api.send("GET", "/healthz", headers: ["X-Request-ID": "abc-123.x_y:z"])
+            #expect(echoed.header("X-Request-ID") == "abc-123.x_y:z")
+            let replaced = try await api.send("GET", "/healthz", headers: ["X-Request-ID": "<script>alert(1)</script>"])
+            #expect(replaced.header("X-Request-ID") != nil && replaced.header("X-Request-ID") != "<script>alert(1)</script>")
+            let error = try await api.send("GET", "/v1/device")
+            #expect(error.header("X-Request-ID")?.isEmpty == false)
+            #expect(api.logs.value.contains { $0.contains("request_id=abc-123.x_y:z") && $0.contains("route=/healthz") && $0.contains("status=200") })
+        }
+    }
+
+    @Test func healthAndMetricsReportTheService() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let health = try await api.send("GET", "/healthz")
+            #expect(health.status == 200 && health.json?["status"] as? String == "ok")
+            _ = try await api.send("GET", "/v1/device", device: UUID())
+            let metrics = try await api.send("GET", "/metrics")
+            #expect(metrics.status == 200)
+            #expect(metrics.header("Content-Type")?.hasPrefix("text/plain") == true)
+            for name in ["hb_requests", "http_server_request_duration_bucket", "poopypals_db_pool_in_use", "poopypals_db_pool_waiting"] {
+                #expect(metrics.text.contains(name), "\(name)")
+            }
+            #expect(metrics.text.contains(#"http_route="/v1/device""#))
+            #expect(metrics.text.contains(#"http_response_status_code="404""#))
+        }
+    }
+
+    @Test func aStoppedDatabaseGives503AndTheSameProcessRecovers() async throws {
+        try await TestDatabase.withAPI(poolSize: 2) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let admin = ConnectionPool(configuration: .init(connection: try TestDatabase.serverConfiguration(), maxConnections: 1))
+            // The database goes away: no new connections, and the existing ones are cut.
+            try await admin.withConnection { conn in
+                try conn.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS false")
+                try conn.query("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = \(db.name)")
+            }
+            let health = try await api.send("GET", "/healthz")
+            #expect(health.status == 503)
+            #expect(health.header("Retry-After") == "2")
+            let route = try await api.send("GET", "/v1/device", device: device)
+            #expect(route.status == 503)
+            #expect(route.errorCode == "database_unavailable")
+            try await admin.withConnection { try $0.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS true") }
+            await admin.close()
+            #expect(try await api.send("GET", "/healthz").status == 200)
+            #expect(try await api.send("GET", "/v1/device", device: device).status == 200)
+        }
+    }
+
+    @Test func noDeviceIDEmailOrTokenAppearsInResponsesOrLogs() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            let email = "private.person@example.com"
+            let token = try await api.token(email: email)
+            _ = try await api.send("PUT", "/v1/device", device: device)
+            _ = try await api.send("PUT", "/v1/profile", device: device, token: token)
+            let errors = [
+                try await api.send("PUT", "/v1/profile", device: UUID(), token: token),
+                try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"x","bristolType":4}"#),
+                try await api.send("GET", "/v1/logs", headers: ["X-Device-ID": device.uuidString + "x"]),
+            ]
+            for reply in errors {
+                #expect(!reply.text.lowercased().contains(device.uuidString.lowercased()))
+                #expect(!reply.text.contains(email))
+            }
+            let logged = api.logs.value.joined(separator: "\n").lowercased()
+            #expect(!logged.isEmpty)
+            #expect(!logged.contains(device.uuidString.lowercased()))
+            #expect(!logged.contains(email))
+            #expect(!logged.contains(token.lowercased()))
+        }
+    }
+
+    @Test func everyRouteIsInTheOpenAPISpecAndBack() async throws {
+        let router = Router(context: APIContext.self)
+        let database = Database(pool: ConnectionPool(configuration: .init(connection: .init(connectionString: "postgresql://nobody@127.0.0.1:1/x"))))
+        let verifier = try await TokenVerifier(secret: LiveAPI.secret)
+        APIRoutes(database: database, tokens: verifier, metrics: APIMetrics.registry).register(on: router)
+        let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
+        let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
+        #expect(routed == OpenAPIPaths.operations(in: spec))
+        #expect(routed.count == 11)
+    }
+}
+
+/// Reads `paths:` of an OpenAPI YAML file: `  /path:` then `    method:` lines.
+enum OpenAPIPaths {
+    static func operations(in yaml: String) -> Set<String> {
+        var result: Set<String> = []
+        var inPaths = false
+        var path: String?
+        for line in yaml.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("paths:") { inPaths = true; continue }
+            guard inPaths else { continue }
+            if !line.hasPrefix(" "), !line.isEmpty { break }
+            if line.hasPrefix("  /"), line.hasSuffix(":") {
+                path = String(line.dropFirst(2).dropLast())
+            } else if let path, line.hasPrefix("    "), !line.hasPrefix("     "),
+                      let name = line.dropFirst(4).split(separator: ":").first,
+                      ["get", "put", "post", "patch", "delete"].contains(String(name)) {
+                result.insert("\(name) \(path)")
+            }
+        }
+        return result
+    }
+}

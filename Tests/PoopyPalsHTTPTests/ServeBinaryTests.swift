@@ -1,0 +1,105 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("poopypals serve (the built binary)")
+struct ServeBinaryTests {
+    @Test func sigtermFinishesInFlightRequestsAndExitsZero() async throws {
+        try await TestDatabase.withMigrated { db in
+            let process = Process()
+            process.executableURL = TestProject.binary
+            process.arguments = ["serve", "--port", "0", "--pool-size", "4"]
+            var environment = ProcessInfo.processInfo.environment
+            environment["DATABASE_URL"] = db.url
+            environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
+            process.environment = environment
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { process.terminate() } }
+
+            // The binary prints "listening on http://127.0.0.1:PORT" once it listens.
+            let port = try await Self.port(from: output.fileHandleForReading)
+            let base = "http://127.0.0.1:\(port)"
+            let device = UUID().uuidString.lowercased()
+            #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
+
+            // Another session locks poop_logs, so the next upload is in flight until it lets go.
+            let locked = Locked(false)
+            let holder = db.pool(size: 1)
+            let lock = Task {
+                try await holder.withConnection { conn in
+                    try conn.transaction { conn in
+                        try conn.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
+                        locked.withLock { $0 = true }
+                        Thread.sleep(forTimeInterval: 1.5)
+                    }
+                }
+            }
+            while !locked.value { try await Task.sleep(for: .milliseconds(5)) }
+            async let upload = Self.request("POST", base + "/v1/logs", device: device,
+                                            body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            try await Task.sleep(for: .milliseconds(400))
+            let signalled = ContinuousClock.now
+            process.interrupt()  // SIGINT; SIGTERM below takes the same path
+            kill(process.processIdentifier, SIGTERM)
+
+            let (status, _) = try await upload
+            #expect(status == 201)
+            try await lock.value
+            await holder.close()
+            while process.isRunning && ContinuousClock.now - signalled < .seconds(12) { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(!process.isRunning)
+            #expect(process.terminationStatus == 0)
+            #expect(ContinuousClock.now - signalled < .seconds(10))
+            // Nothing listens any more.
+            await #expect(throws: (any Error).self) { _ = try await Self.request("GET", base + "/healthz") }
+        }
+    }
+
+    @Test func refusesToStartWithoutASecretExceptInDevMode() async throws {
+        let output = try await TestProject.run(["serve", "--port", "0", "--database-url", "postgresql://x@127.0.0.1:1/x"],
+                                               environment: ["AUTH_JWT_SECRET": ""])
+        #expect(output.status == 2)
+        #expect(output.stderr.contains("AUTH_JWT_SECRET is not set"))
+        let short = try await TestProject.run(["serve", "--port", "0", "--database-url", "postgresql://x@127.0.0.1:1/x"],
+                                              environment: ["AUTH_JWT_SECRET": "short"])
+        #expect(short.status == 2)
+        #expect(short.stderr.contains("at least 32 characters"))
+    }
+
+    static func port(from handle: FileHandle) async throws -> Int {
+        let found = Locked<Int?>(nil)
+        Thread {
+            var text = ""
+            while found.value == nil {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                text += String(decoding: data, as: UTF8.self)
+                if let range = text.range(of: "listening on http://127.0.0.1:"),
+                   let port = Int(text[range.upperBound...].prefix { $0.isNumber }) { found.withLock { $0 = port } }
+            }
+        }.start()
+        let deadline = ContinuousClock.now + .seconds(20)
+        while found.value == nil {
+            guard ContinuousClock.now < deadline else { throw SetupError("serve never said it was listening") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return found.value!
+    }
+
+    static func request(_ method: String, _ url: String, device: String? = nil, body: String? = nil) async throws -> (Int, Data) {
+        var request = URLRequest(url: URL(string: url)!)
+        request.httpMethod = method
+        request.timeoutInterval = 15
+        if let device { request.setValue(device, forHTTPHeaderField: "X-Device-ID") }
+        if let body { request.httpBody = Data(body.utf8) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+    }
+}
