@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SWIFT ?= swift
 BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
-.PHONY: run test build db-start db-stop db-reset migrate status
+.PHONY: run test bench build db-start db-stop db-reset migrate status
 
 ## make run: start PostgreSQL, apply migrations, serve the API in dev mode (prints curl examples)
 run: build
@@ -14,6 +14,10 @@ test:
 	@url="$$(scripts/db.sh start)" && bouncer="$$(scripts/db.sh pgbouncer)" && \
 	  export DATABASE_URL="$$url" PGBOUNCER_URL="$$bouncer" && \
 	  $(SWIFT) test --disable-xctest
+
+## make bench: our data layer and API beside pgbench on the same SQL (release build; updates bench/README.md)
+bench:
+	@scripts/bench.sh $(BENCH_ARGS)
 
 build:
 	@$(SWIFT) build

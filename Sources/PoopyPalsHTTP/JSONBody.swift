@@ -110,38 +110,89 @@ enum JSONResponse {
 }
 
 /// ISO 8601 in UTC, keeping microseconds (PostgreSQL's resolution) when there are any.
+///
+/// Done with `gmtime_r`/`timegm` rather than `ISO8601DateFormatter`: creating one of those costs ~90 µs on
+/// Linux, which made a 20-log page spend ~5 ms formatting dates.
 enum Timestamp {
     static func format(_ date: Date) -> String {
         let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
         var seconds = micros / 1_000_000
         var fraction = micros % 1_000_000
         if fraction < 0 { fraction += 1_000_000; seconds -= 1 }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        var text = formatter.string(from: Date(timeIntervalSince1970: Double(seconds)))
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        var text = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-" + pad(Int(parts.tm_mday), 2)
+            + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2) + ":" + pad(Int(parts.tm_sec), 2)
         if fraction != 0 {
-            var digits = String(fraction)
-            digits = String(repeating: "0", count: 6 - digits.count) + digits
+            var digits = pad(Int(fraction), 6)
             while digits.hasSuffix("0") { digits.removeLast() }
-            text.insert(contentsOf: "." + digits, at: text.index(before: text.endIndex))
+            text += "." + digits
         }
-        return text
+        return text + "Z"
     }
 
-    /// `2026-11-21T05:00:00Z`, `…00.123Z`, `…00.123456+02:00`; a zone is required.
+    /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; the zone is required.
     static func parse(_ text: String) -> Date? {
-        guard text.count <= 40, let t = text.firstIndex(of: "T") else { return nil }
-        var base = text
-        var fraction = 0.0
-        if let dot = text[t...].firstIndex(of: ".") {
-            let digits = text[text.index(after: dot)...].prefix { $0.isASCII && $0.isNumber }
-            guard !digits.isEmpty, digits.count <= 9, let value = Double("0." + digits) else { return nil }
-            fraction = value
-            base = String(text[..<dot]) + String(text[text.index(after: dot)...].dropFirst(digits.count))
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, bytes.count <= 40 else { return nil }
+        var index = 0
+        func number(_ count: Int) -> Int? {
+            guard index + count <= bytes.count else { return nil }
+            var value = 0
+            for _ in 0..<count {
+                guard (48...57).contains(bytes[index]) else { return nil }
+                value = value * 10 + Int(bytes[index] - 48)
+                index += 1
+            }
+            return value
         }
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        guard let date = formatter.date(from: base) else { return nil }
-        return date.addingTimeInterval(fraction)
+        func expect(_ character: Character) -> Bool {
+            guard index < bytes.count, bytes[index] == character.asciiValue! else { return false }
+            index += 1
+            return true
+        }
+        guard let year = number(4), expect("-"), let month = number(2), expect("-"), let day = number(2),
+              expect("T") || expect("t"), let hour = number(2), expect(":"), let minute = number(2), expect(":"),
+              let second = number(2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        else { return nil }
+        var fraction = 0.0
+        if expect(".") {
+            var scale = 0.1
+            let start = index
+            while index < bytes.count, (48...57).contains(bytes[index]), index - start < 9 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+            guard index > start else { return nil }
+        }
+        var offset = 0
+        if expect("Z") || expect("z") {
+        } else if index < bytes.count, bytes[index] == 43 || bytes[index] == 45 {
+            let sign = bytes[index] == 43 ? 1 : -1
+            index += 1
+            guard let hours = number(2), expect(":"), let minutes = number(2), hours < 24, minutes < 60 else { return nil }
+            offset = sign * (hours * 3600 + minutes * 60)
+        } else {
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        let seconds = timegm(&parts)
+        // timegm normalises 31 February into March; refuse dates that do not exist.
+        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
+        return Date(timeIntervalSince1970: Double(seconds - offset) + fraction)
+    }
+
+    private static func pad(_ value: Int, _ width: Int) -> String {
+        let digits = String(value)
+        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
     }
 }

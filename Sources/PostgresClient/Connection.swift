@@ -28,10 +28,13 @@ public final class Connection {
     var savepointDepth = 0
     /// Network round trips made so far (one per pipeline Sync or simple query): what tests and benchmarks count.
     public private(set) var roundTrips = 0
+    private var traceFile: UnsafeMutablePointer<FILE>?
     /// Set when a protocol exchange was cut short; the connection is then never used again.
     private var isBroken = false
 
     private var pointer: OpaquePointer { handle.pointer }
+
+    deinit { stopTracing() }
 
     /// Opens a connection.
     /// - Throws: `PostgresClientError.connectionFailed` with libpq's reason, scrubbed of the password.
@@ -183,6 +186,25 @@ public final class Connection {
         let result = QueryResult(taking: raw)
         if let error = error(of: result) { throw error }
         return result
+    }
+
+    /// Starts libpq's protocol trace of this connection into `path` (every message sent `F` and received `B`,
+    /// one per line), until `stopTracing()`. For measuring round trips from the wire, not from our own code.
+    /// - Throws: `PostgresClientError` when the file cannot be opened.
+    public func startTracing(to path: String) throws {
+        guard traceFile == nil, let file = fopen(path, "w") else {
+            throw PostgresClientError(.unsupported, "cannot open the trace file")
+        }
+        traceFile = file
+        PQtrace(pointer, file)
+        PQsetTraceFlags(pointer, PQTRACE_SUPPRESS_TIMESTAMPS)
+    }
+
+    public func stopTracing() {
+        guard let file = traceFile else { return }
+        PQuntrace(pointer)
+        fclose(file)
+        traceFile = nil
     }
 
     /// True when the connection can be handed to a new borrower: open, outside any transaction, and with no

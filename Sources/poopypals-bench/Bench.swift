@@ -7,13 +7,13 @@ import PostgresClient
 struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "poopypals-bench",
-        abstract: "Our data layer beside pgbench running the same SQL against the same server.")
+        abstract: "Our data layer and API beside pgbench running the same SQL against the same server.")
 
-    @Option(help: "Server URL (default: $DATABASE_URL). A database poopypals_bench is created on it and dropped.")
+    @Option(help: "Server URL (default: $DATABASE_URL). A database poopypals_bench is created on it and dropped first.")
     var databaseURL: String?
 
     @Option(help: "Seconds per timed run.")
-    var seconds = 5
+    var seconds = 4
 
     @Option(help: "Alternating rounds (ours, pgbench) per scenario and concurrency.")
     var rounds = 3
@@ -21,35 +21,78 @@ struct Bench: AsyncParsableCommand {
     @Option(parsing: .upToNextOption, help: "Concurrency levels.")
     var concurrency: [Int] = [1, 8, 32]
 
-    @Option(help: "Seeded devices.")
+    @Option(help: "Seeded devices (and users).")
     var devices = 1000
+
+    @Option(parsing: .upToNextOption, help: "Table sizes for the scaling runs of scenario 2.")
+    var scalingRows: [Int] = [10_000, 1_000_000]
+
+    @Flag(help: "Add a 10 M row scaling run.")
+    var tenMillion = false
+
+    @Option(help: "The release `poopypals` binary, for the HTTP runs (skipped when absent).")
+    var serverBinary: String?
 
     @Option(help: "Where to write the results as JSON.")
     var json = "bench/out/results.json"
 
+    @Option(help: "Markdown file whose results section is replaced with this run's tables.")
+    var readme: String?
+
     func validate() throws {
-        guard seconds > 0, seconds <= 120 else { throw ValidationError("--seconds must be 1…120") }
-        guard rounds > 0, rounds <= 10 else { throw ValidationError("--rounds must be 1…10") }
+        guard (1...120).contains(seconds) else { throw ValidationError("--seconds must be 1…120") }
+        guard (1...10).contains(rounds) else { throw ValidationError("--rounds must be 1…10") }
         guard concurrency.allSatisfy({ (1...256).contains($0) }) else { throw ValidationError("--concurrency values must be 1…256") }
-        guard (1...1_000_000).contains(devices) else { throw ValidationError("--devices must be 1…1000000") }
+        guard (1...100_000).contains(devices) else { throw ValidationError("--devices must be 1…100000") }
+        guard scalingRows.allSatisfy({ (1...100_000_000).contains($0) }) else { throw ValidationError("--scaling-rows must be 1…100000000") }
     }
 
     func run() async throws {
+        let started = Date()
         let server = ConnectionConfiguration.resolve(databaseURL: databaseURL)
         var target = server
         target.database = "poopypals_bench"
+        let pgbench = PgBench(connectionString: try urlFor(target))
         try await prepare(server: server, target: target)
 
         var rows: [ReportRow] = []
         for scenario in Scenario.all(devices: devices) {
+            let roundTrips = try await RoundTrips.measure(scenario, connection: target)
             for level in concurrency {
-                rows.append(try await measure(scenario, concurrency: level, target: target))
-                print(rows.last!.line, terminator: "\n")
+                let row = try await measure(scenario, concurrency: level, target: target, pgbench: pgbench, roundTrips: roundTrips)
+                print(row.line)
+                rows.append(row)
             }
         }
-        print("\n" + ReportRow.table(rows))
-        try ReportRow.write(rows, to: json)
-        print("\nWritten to \(json)")
+
+        var scaling: [ScalingRow] = []
+        let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 8))
+        let database = Database(pool: pool)
+        for size in scalingRows + (tenMillion ? [10_000_000] : []) {
+            try await Scaling.seed(rows: size, devices: devices, pool: pool)
+            let list = Scenario.all(devices: devices)[0]
+            let repositories = Scenario.Repositories(database: database)
+            let count = devices
+            let measurement = try await runLoad(concurrency: 8, duration: .seconds(seconds)) { _ in
+                try await list.ours(repositories, Int.random(in: 1...count))
+            }
+            let row = ScalingRow(rows: size, measurement: measurement, plan: try await Scaling.plan(database: database))
+            print(String(format: "scaling %d rows: %.0f ops/s, p99 %.2f ms", size, measurement.opsPerSecond, measurement.p99Milliseconds ?? 0))
+            scaling.append(row)
+        }
+        await pool.close()
+
+        var http: [HTTPRow] = []
+        if let serverBinary {
+            http = try HTTPLoad.run(serverBinary: serverBinary, databaseURL: try urlFor(target), seconds: seconds * 2, devices: devices)
+        }
+
+        let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
+                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http)
+        print("\n" + report.markdown)
+        try report.write(json: json)
+        if let readme { try report.replaceResults(in: readme) }
+        print("\nWritten to \(json)\(readme.map { " and \($0)" } ?? ""). Took \(Int(Date().timeIntervalSince(started))) s.")
     }
 
     private func prepare(server: ConnectionConfiguration, target: ConnectionConfiguration) async throws {
@@ -59,58 +102,52 @@ struct Bench: AsyncParsableCommand {
             try conn.executeScript("CREATE DATABASE poopypals_bench")
         }
         await admin.close()
-        let database = Database(pool: ConnectionPool(configuration: .init(connection: target, maxConnections: 1)))
+        let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))
         let files = try MigrationFile.load(directory: URL(fileURLWithPath: "sql"))
         let count = devices
-        try await database.pool.withConnection { conn in
+        try await pool.withConnection { conn in
             try Migrator(files: files).migrate(on: conn)
-            // Maintenance path: lift FORCE inside this transaction only, so the owner may seed every device.
+            // Maintenance path: FORCE is lifted inside this transaction only, so the owner may seed every device.
             try conn.transaction { conn in
                 try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY")
                 try conn.execute("""
-                    INSERT INTO devices (id, model) SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid, 'bench'
-                    FROM generate_series(1, \(count)) AS n
+                    INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
+                        'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n
+                    """)
+                try conn.execute("""
+                    INSERT INTO devices (id, user_id, model) SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid,
+                        ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
                     """)
                 try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY")
             }
-            try conn.executeScript("VACUUM ANALYZE")
         }
-        await database.pool.close()
+        // 20 logs per device, so that "list 20 newest" lists 20.
+        try await Scaling.seed(rows: 20 * count, devices: count, pool: pool)
+        await pool.close()
     }
 
-    private func measure(_ scenario: Scenario, concurrency level: Int, target: ConnectionConfiguration) async throws -> ReportRow {
-        let database = Database(pool: ConnectionPool(configuration: .init(connection: target, maxConnections: level)))
-        let pgbench = PgBench(connectionString: try urlForPgBench(target))
+    private func measure(_ scenario: Scenario, concurrency level: Int, target: ConnectionConfiguration,
+                         pgbench: PgBench, roundTrips: Int) async throws -> ReportRow {
+        let repositories = Scenario.Repositories(database: Database(pool: ConnectionPool(configuration: .init(connection: target, maxConnections: level))))
         let devices = self.devices
         // Warm up: open every connection and prepare the statements.
         _ = try await runLoad(concurrency: level, duration: .milliseconds(500)) { worker in
-            try await scenario.ours(database, Scenario.device(1 + (worker * 7919) % devices))
+            try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
         }
-        let roundTrips = try await measureRoundTrips(scenario, database: database)
         var ours: [Measurement] = []
         var theirs: [Measurement] = []
         for _ in 0..<rounds {
             ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
-                try await scenario.ours(database, Scenario.device(Int.random(in: 1...devices)))
+                try await scenario.ours(repositories, Int.random(in: 1...devices))
             })
             theirs.append(try pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
         }
-        await database.pool.close()
+        await repositories.database.pool.close()
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, roundTrips: roundTrips)
     }
 
-    /// Round trips of one request, counted on the connection (one per Sync or simple query).
-    private func measureRoundTrips(_ scenario: Scenario, database: Database) async throws -> Int {
-        let single = Database(pool: ConnectionPool(configuration: .init(connection: database.pool.configuration.connection, maxConnections: 1)))
-        defer { Task { await single.pool.close() } }
-        try await scenario.ours(single, Scenario.device(1))
-        let before = try await single.pool.withConnection { $0.roundTrips }
-        try await scenario.ours(single, Scenario.device(2))
-        return try await single.pool.withConnection { $0.roundTrips } - before
-    }
-
-    /// pgbench takes a URI or key=value string; point it at the bench database.
-    private func urlForPgBench(_ target: ConnectionConfiguration) throws -> String {
+    /// pgbench and the server take a URI or key=value string; point it at the bench database.
+    private func urlFor(_ target: ConnectionConfiguration) throws -> String {
         guard let base = target.connectionString else { return "dbname=poopypals_bench" }
         if var components = URLComponents(string: base), components.scheme?.hasPrefix("postgres") == true {
             components.path = "/poopypals_bench"

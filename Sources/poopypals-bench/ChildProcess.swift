@@ -44,3 +44,56 @@ func runChild(_ arguments: [String]) throws -> (status: Int32, output: String) {
     let exited = (status & 0x7f) == 0
     return (exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), String(decoding: output, as: UTF8.self))
 }
+
+/// A child running in the background (spawned like `runChild`, with a clean signal mask).
+struct BackgroundChild {
+    let pid: pid_t
+
+    static func start(_ arguments: [String], environment: [String: String], output: String) throws -> BackgroundChild {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { envp.forEach { free($0) } }
+        var pid = pid_t()
+        guard posix_spawnp(&pid, arguments[0], &actions, &attributes, argv, envp) == 0 else {
+            throw BenchError("cannot start \(arguments[0])")
+        }
+        return BackgroundChild(pid: pid)
+    }
+
+    /// Peak resident memory so far (VmHWM), in MiB.
+    var peakResidentMiB: Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+        return kib / 1024
+    }
+
+    /// SIGTERM, then waits (at most 15 s) and returns the exit status.
+    func stop() -> Int32 {
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        for _ in 0..<300 {
+            if waitpid(pid, &status, WNOHANG) == pid { return (status >> 8) & 0xff }
+            usleep(50_000)
+        }
+        kill(pid, SIGKILL)
+        waitpid(pid, &status, 0)
+        return -1
+    }
+}

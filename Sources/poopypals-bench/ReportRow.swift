@@ -1,37 +1,83 @@
 import Foundation
 
-/// One line of the report: a scenario at one concurrency, over all rounds.
+/// One scenario at one concurrency, over all rounds.
 struct ReportRow: Encodable {
     let scenario: String
     let concurrency: Int
     let ours: [Measurement]
     let pgbench: [Measurement]
+    /// Request/response turns of one request, from libpq's trace.
     let roundTrips: Int
 
     /// Our ops/s over pgbench's, per round (runs alternate, so each pair shares the same conditions).
     var ratios: [Double] { zip(ours, pgbench).map { $0.opsPerSecond / $1.opsPerSecond } }
-
-    private static func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+    var oursRate: Double { median(ours.map(\.opsPerSecond)) }
 
     var line: String {
-        let oursRate = Self.median(ours.map(\.opsPerSecond))
-        let theirRate = Self.median(pgbench.map(\.opsPerSecond))
-        let p50 = Self.median(ours.compactMap(\.p50Milliseconds))
-        let p99 = Self.median(ours.compactMap(\.p99Milliseconds))
-        return String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %.2f / %.2f ms | %d |",
-                      scenario, concurrency, oursRate, theirRate, ratios.min() ?? 0, ratios.max() ?? 0, p50, p99, roundTrips)
+        String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %.2f / %.2f ms | %d |",
+               scenario, concurrency, oursRate, median(pgbench.map(\.opsPerSecond)), ratios.min() ?? 0, ratios.max() ?? 0,
+               median(ours.compactMap(\.p50Milliseconds)), median(ours.compactMap(\.p99Milliseconds)), roundTrips)
+    }
+}
+
+func median(_ values: [Double]) -> Double { values.isEmpty ? 0 : values.sorted()[values.count / 2] }
+
+/// Everything one `make bench` measured.
+struct Report: Encodable {
+    let date: String
+    let machine: String
+    let secondsPerRun: Int
+    let rounds: Int
+    let scenarios: [ReportRow]
+    let scaling: [ScalingRow]
+    let http: [HTTPRow]
+
+    static func machine() -> String {
+        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "unknown CPU"
+        return "\(ProcessInfo.processInfo.activeProcessorCount) cores (\(cpu)), \(ProcessInfo.processInfo.physicalMemory / 1_073_741_824) GiB"
     }
 
-    static func table(_ rows: [ReportRow]) -> String {
-        (["| scenario | concurrency | ours ops/s | pgbench ops/s | ratio (min–max) | ours p50 / p99 | round trips |",
-          "|---|---|---|---|---|---|---|"] + rows.map(\.line)).joined(separator: "\n")
+    var markdown: String {
+        var text = "Measured \(date) on \(machine); \(secondsPerRun) s per run, \(rounds) alternating rounds (ours, then pgbench).\n\n"
+        text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ratio (min–max) | ours p50 / p99 | round trips |\n"
+        text += "|---|---|---|---|---|---|---|\n"
+        text += scenarios.map(\.line).joined(separator: "\n") + "\n"
+        if !scaling.isEmpty {
+            text += "\nScaling of “list 20 newest logs” (concurrency 8):\n\n| rows | ops/s | p99 |\n|---|---|---|\n"
+            text += scaling.map { String(format: "| %d | %.0f | %.2f ms |", $0.rows, $0.measurement.opsPerSecond, $0.measurement.p99Milliseconds ?? 0) }
+                .joined(separator: "\n") + "\n"
+            if let largest = scaling.last {
+                text += "\nPlan under row-level security at \(largest.rows) rows:\n\n```\n\(largest.plan)\n```\n"
+            }
+        }
+        if !http.isEmpty {
+            text += "\nHTTP (`wrk -t2 -c64`, release `poopypals serve --pool-size 16`):\n\n"
+            text += "| route | req/s | p50 / p99 | non-2xx | server peak RSS | vs data layer at 32 |\n|---|---|---|---|---|---|\n"
+            for row in http {
+                let reference = scenarios.first { $0.concurrency == 32 && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }
+                let ratio = reference.map { String(format: "%.2f", row.requestsPerSecond / $0.oursRate) } ?? "–"
+                text += String(format: "| %@ | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ |\n", row.route, row.requestsPerSecond,
+                               row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, ratio)
+            }
+        }
+        return text
     }
 
-    static func write(_ rows: [ReportRow], to path: String) throws {
+    func write(json path: String) throws {
         let url = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try encoder.encode(rows).write(to: url)
+        try encoder.encode(self).write(to: url)
+    }
+
+    /// Replaces what stands between `<!-- results -->` and `<!-- /results -->`.
+    func replaceResults(in path: String) throws {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        guard let start = text.range(of: "<!-- results -->"), let end = text.range(of: "<!-- /results -->"), start.upperBound <= end.lowerBound
+        else { throw BenchError("\(path) has no <!-- results --> … <!-- /results --> section") }
+        try (String(text[..<start.upperBound]) + "\n" + markdown + "\n" + String(text[end.lowerBound...]))
+            .write(toFile: path, atomically: true, encoding: .utf8)
     }
 }

@@ -2,44 +2,78 @@ import Foundation
 import PoopyPalsData
 import PostgresClient
 
-/// One thing a request does, done by our data layer and, as SQL, by pgbench.
+/// One request the app makes, done by our data layer and, as the same SQL, by pgbench.
 struct Scenario: Sendable {
     let name: String
-    /// pgbench's script: the same statements, pipelined.
+    /// pgbench's script: the same statements in one pipeline (`\startpipeline` … `\endpipeline`).
     let pgbenchScript: String
-    /// One request through our data layer.
-    let ours: @Sendable (Database, DeviceID) async throws -> Void
+    /// One request through our data layer, for seeded device/user number `n`.
+    let ours: @Sendable (Repositories, Int) async throws -> Void
 
-    /// Device n of the seeded set, in the form pgbench can build from a number as well.
-    static func device(_ number: Int) -> DeviceID {
-        let digits = String(number)
-        // swiftlint:disable:next force_try
-        return try! DeviceID(validating: "00000000-0000-4000-8000-" + String(repeating: "0", count: 12 - digits.count) + digits)
+    struct Repositories: Sendable {
+        let database: Database
+        var users: UserRepository { UserRepository(database: database) }
+        var devices: DeviceRepository { DeviceRepository(database: database) }
+        var logs: PoopLogRepository { PoopLogRepository(database: database) }
     }
 
-    static let pgbenchDevice = "'00000000-0000-4000-8000-' || lpad(:n::text, 12, '0')"
+    /// Seeded device n and user n, in forms pgbench can build from a number too.
+    static func device(_ n: Int) -> DeviceID { try! DeviceID(validating: uuid("8000", n)) }
+    static func user(_ n: Int) -> UUID { UUID(uuidString: uuid("9000", n))! }
+    static func email(_ n: Int) -> String { "user\(n)@bench.example" }
+    private static func uuid(_ group: String, _ n: Int) -> String {
+        let digits = String(n)
+        return "00000000-0000-4000-\(group)-" + String(repeating: "0", count: 12 - digits.count) + digits
+    }
 
+    static let pgDevice = "('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))"
+    static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
+    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice), true);"
+
+    static func pipelined(_ devices: Int, _ statement: String) -> String {
+        """
+        \\set n random(1, \(devices))
+        \\startpipeline
+        BEGIN;
+        \(context)
+        \(statement)
+        COMMIT;
+        \\endpipeline
+        """
+    }
+
+    /// The same SQL as the repositories send (see PoopLogRepository, UserRepository, DeviceRepository).
     static func all(devices: Int) -> [Scenario] {
         [
             Scenario(
+                name: "list 20 newest logs",
+                pgbenchScript: pipelined(devices, """
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21;
+                    """),
+                ours: { repositories, n in _ = try await repositories.logs.list(limit: 20, as: device(n)) }),
+            Scenario(
+                name: "ensureProfile (existing user)",
+                pgbenchScript: pipelined(devices, """
+                    SELECT id, email, full_name, role, date_of_birth, created_at, updated_at FROM users WHERE id = \(pgUser) OR email = 'user' || :n || '@bench.example' ORDER BY (id = \(pgUser)) DESC LIMIT 1;
+                    """),
+                ours: { repositories, n in _ = try await repositories.users.ensureProfile(as: device(n), id: user(n), email: email(n)) }),
+            Scenario(
+                name: "register existing device",
+                pgbenchScript: pipelined(devices, """
+                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() RETURNING id, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
+                    """),
+                ours: { repositories, n in
+                    _ = try await repositories.devices.register(
+                        DeviceInfo(model: "iPhone15,2", osVersion: "18.1", appVersion: "1.4.0", buildNumber: "140"), as: device(n))
+                }),
+            Scenario(
                 name: "create log",
-                pgbenchScript: """
-                    \\set n random(1, \(devices))
-                    \\startpipeline
-                    BEGIN;
-                    SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgbenchDevice), true);
-                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES ((\(pgbenchDevice))::uuid, now(), 4);
-                    COMMIT;
-                    \\endpipeline
-                    """,
-                ours: { database, device in
-                    _ = try await database.asDevice(device) { tx in
-                        try tx.finalQuery("""
-                            INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.uuid), now(), 4)
-                            """)
-                    }
-                }
-            ),
+                pgbenchScript: pipelined(devices, """
+                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, false FROM poop_logs WHERE id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
+                    """),
+                ours: { repositories, n in
+                    _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
+                }),
         ]
     }
 }

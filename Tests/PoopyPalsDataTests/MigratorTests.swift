@@ -153,28 +153,6 @@ struct MigratorTests {
         }
     }
 
-    /// Holds an exclusive lock on `table` for `seconds` in another session; returns once the lock is held.
-    static func holdLock(on table: String, for seconds: Double, in db: TestDatabase) async throws -> Task<Void, any Error> {
-        let held = Locked(false)
-        let pool = db.pool(size: 1)
-        let task = Task {
-            defer { Task { await pool.close() } }
-            try await pool.withConnection { conn in
-                try conn.transaction { conn in
-                    try conn.executeScript("LOCK TABLE \(table) IN ACCESS EXCLUSIVE MODE")
-                    held.withLock { $0 = true }
-                    Thread.sleep(forTimeInterval: seconds)
-                }
-            }
-        }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !held.value {
-            guard ContinuousClock.now < deadline else { throw SetupError("the lock holder never got its lock") }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return task
-    }
-
     @Test func lockTimeoutIsRetriedWithBackoffThenSucceeds() async throws {
         try await TestDatabase.with { db in
             try await db.withConnection { try $0.executeScript("CREATE TABLE busy (id int)") }
@@ -183,7 +161,7 @@ struct MigratorTests {
             options.lockRetries = 8
             options.lockRetryBackoff = .milliseconds(100)
 
-            let holder = try await Self.holdLock(on: "busy", for: 1.5, in: db)
+            let holder = try await db.inAnotherSession(holdingFor: 1.5) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
             let applied = try await Self.migrate(db, files, options)
             #expect(applied.first?.attempts ?? 0 > 1)
@@ -191,7 +169,7 @@ struct MigratorTests {
 
             // With no retries left, the lock timeout surfaces as SQLSTATE 55P03 on the named file.
             options.lockRetries = 1
-            let holder2 = try await Self.holdLock(on: "busy", for: 1.0, in: db)
+            let holder2 = try await db.inAnotherSession(holdingFor: 1.0) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let more = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;", "0002_alter.sql": "ALTER TABLE busy ADD COLUMN more text;"])
             let frozen = options
             let error = await #expect(throws: MigrationError.self) {

@@ -52,18 +52,9 @@ struct UserRepositoryTests {
             let (id, device) = (UUID(), UUID())
             try await Seed.device(database, device)
             // Another session inserts the same email and commits only after our check has looked.
-            let inserted = Locked(false)
-            let other = db.pool(size: 1)
-            let winner = Task {
-                try await other.withConnection { conn in
-                    try conn.transaction { conn in
-                        try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), 'race@example.com')")
-                        inserted.withLock { $0 = true }
-                        Thread.sleep(forTimeInterval: 0.5)
-                    }
-                }
+            let winner = try await db.inAnotherSession(holdingFor: 0.5) { conn in
+                try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), 'race@example.com')")
             }
-            while !inserted.value { try await Task.sleep(for: .milliseconds(5)) }
             let (outcome, afterwards) = try await database.asDevice(DeviceID(device)) { tx in
                 let profile = try users.ensureProfile(in: tx, id: id, email: "Race@Example.com")
                 // The transaction is still healthy: it can go on and commit.
@@ -71,7 +62,6 @@ struct UserRepositoryTests {
                 return (profile.outcome, linked)
             }
             try await winner.value
-            await other.close()
             #expect(outcome == .conflictTreatedAsSuccess)
             #expect(afterwards == 1)
             let linked = try await Seed.ids(database, as: device, "SELECT user_id FROM devices")

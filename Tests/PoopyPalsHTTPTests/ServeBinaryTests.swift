@@ -30,18 +30,7 @@ struct ServeBinaryTests {
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
             // Another session locks poop_logs, so the next upload is in flight until it lets go.
-            let locked = Locked(false)
-            let holder = db.pool(size: 1)
-            let lock = Task {
-                try await holder.withConnection { conn in
-                    try conn.transaction { conn in
-                        try conn.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
-                        locked.withLock { $0 = true }
-                        Thread.sleep(forTimeInterval: 1.5)
-                    }
-                }
-            }
-            while !locked.value { try await Task.sleep(for: .milliseconds(5)) }
+            let lock = try await db.inAnotherSession(holdingFor: 1.5) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
             async let upload = Self.request("POST", base + "/v1/logs", device: device,
                                             body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
             try await Task.sleep(for: .milliseconds(400))
@@ -52,7 +41,6 @@ struct ServeBinaryTests {
             let (status, _) = try await upload
             #expect(status == 201)
             try await lock.value
-            await holder.close()
             while process.isRunning && ContinuousClock.now - signalled < .seconds(12) { try await Task.sleep(for: .milliseconds(20)) }
             #expect(!process.isRunning)
             #expect(process.terminationStatus == 0)

@@ -99,3 +99,33 @@ public struct SetupError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+
+extension TestDatabase {
+    /// Runs `body` in a transaction of another session, keeps that transaction open for `seconds`, then
+    /// commits. Returns once `body` has run (so its locks or rows are in place), with the task to await.
+    public func inAnotherSession(
+        holdingFor seconds: Double, _ body: @escaping @Sendable (Connection) throws -> Void
+    ) async throws -> Task<Void, any Error> {
+        let ready = Locked(false)
+        let pool = pool(size: 1)
+        let task = Task {
+            defer { Task { await pool.close() } }
+            try await pool.withConnection { conn in
+                try conn.transaction { conn in
+                    try body(conn)
+                    ready.withLock { $0 = true }
+                    Thread.sleep(forTimeInterval: seconds)
+                }
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !ready.value {
+            if ContinuousClock.now > deadline {
+                task.cancel()
+                throw SetupError("the other session did not get going")
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return task
+    }
+}

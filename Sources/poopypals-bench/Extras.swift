@@ -1,0 +1,112 @@
+import Foundation
+import PoopyPalsData
+import PostgresClient
+
+/// Scenario 2 at growing table sizes, with the plan PostgreSQL picks under row-level security.
+struct ScalingRow: Encodable {
+    let rows: Int
+    let measurement: Measurement
+    let plan: String
+}
+
+enum Scaling {
+    /// Seeds `rows` logs spread over the devices (maintenance path: FORCE lifted inside the transaction).
+    static func seed(rows: Int, devices: Int, pool: ConnectionPool) async throws {
+        try await pool.withConnection { conn in
+            try conn.transaction { conn in
+                try conn.executeScript("ALTER TABLE poop_logs NO FORCE ROW LEVEL SECURITY; TRUNCATE poop_logs")
+                try conn.execute("""
+                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type)
+                    SELECT ('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid,
+                           now() - (n || ' seconds')::interval, 1 + n % 7
+                    FROM generate_series(1, \(rows)) AS n
+                    """)
+                try conn.executeScript("ALTER TABLE poop_logs FORCE ROW LEVEL SECURITY")
+            }
+            try conn.executeScript("VACUUM ANALYZE poop_logs")
+        }
+    }
+
+    /// EXPLAIN of the list query as a device, through the same request transaction the API uses.
+    static func plan(database: Database) async throws -> String {
+        try await database.asDevice(Scenario.device(1)) { tx in
+            try tx.finalQuery("""
+                EXPLAIN (COSTS OFF) SELECT id, occurred_at, bristol_type, notes, created_at, updated_at FROM poop_logs
+                ORDER BY occurred_at DESC, id DESC LIMIT 21
+                """).map { try $0.decode(0, as: String.self) }.joined(separator: "\n")
+        }
+    }
+}
+
+/// `wrk` against the real `poopypals serve`, with the server's peak resident memory.
+struct HTTPRow: Encodable {
+    let route: String
+    let connections: Int
+    let requestsPerSecond: Double
+    let p50Milliseconds: Double?
+    let p99Milliseconds: Double?
+    let non2xx: Int
+    let serverPeakRSSMiB: Double?
+}
+
+enum HTTPLoad {
+    static func run(serverBinary: String, databaseURL: String, seconds: Int, devices: Int) throws -> [HTTPRow] {
+        let port = 18080 + Int.random(in: 0..<1000)
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
+        var environment = ProcessInfo.processInfo.environment
+        environment["DATABASE_URL"] = databaseURL
+        environment["AUTH_JWT_SECRET"] = String(repeating: "b", count: 40)
+        environment["LOG_LEVEL"] = "warning"
+        let server = try BackgroundChild.start([serverBinary, "serve", "--port", "\(port)", "--pool-size", "16"],
+                                               environment: environment, output: log)
+        defer { _ = server.stop() }
+        for _ in 0..<200 {
+            if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
+            usleep(50_000)
+        }
+        let scripts = [
+            ("GET /v1/logs", """
+                request = function()
+                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
+                  return wrk.format("GET", "/v1/logs?limit=20", {["X-Device-ID"] = id})
+                end
+                """),
+            ("POST /v1/logs", """
+                request = function()
+                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
+                  return wrk.format("POST", "/v1/logs", {["X-Device-ID"] = id, ["Content-Type"] = "application/json"},
+                    '{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}')
+                end
+                """),
+        ]
+        var rows: [HTTPRow] = []
+        for (route, script) in scripts {
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-wrk-\(UUID().uuidString).lua")
+            try script.write(to: file, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(at: file) }
+            let (status, output) = try runChild(["wrk", "-t", "2", "-c", "64", "-d", "\(seconds)s", "--latency", "-s", file.path,
+                                                 "http://127.0.0.1:\(port)"])
+            guard status == 0 else { throw BenchError("wrk exited with \(status)") }
+            func value(_ label: String) -> Double? {
+                guard let line = output.split(separator: "\n").first(where: { $0.trimmingCharacters(in: .whitespaces).hasPrefix(label) })
+                else { return nil }
+                return milliseconds(String(line.trimmingCharacters(in: .whitespaces).dropFirst(label.count)).trimmingCharacters(in: .whitespaces))
+            }
+            let rate = output.split(separator: "\n").first { $0.hasPrefix("Requests/sec:") }
+                .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+            let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
+                .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+            rows.append(HTTPRow(route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
+                                p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: server.peakResidentMiB))
+        }
+        return rows
+    }
+
+    /// wrk prints `812.00us`, `1.23ms` or `2.01s`.
+    static func milliseconds(_ text: String) -> Double? {
+        if text.hasSuffix("us"), let value = Double(text.dropLast(2)) { return value / 1000 }
+        if text.hasSuffix("ms"), let value = Double(text.dropLast(2)) { return value }
+        if text.hasSuffix("s"), let value = Double(text.dropLast(1)) { return value * 1000 }
+        return nil
+    }
+}
