@@ -33,6 +33,12 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "The release `poopypals` binary, for the HTTP runs (skipped when absent).")
     var serverBinary: String?
 
+    @Option(help: "Run only scenarios whose name contains this text.")
+    var only: String?
+
+    @Flag(help: "Skip the scaling and HTTP runs.")
+    var skipExtras = false
+
     @Option(help: "Where to write the results as JSON.")
     var json = "bench/out/results.json"
 
@@ -56,7 +62,7 @@ struct Bench: AsyncParsableCommand {
         try await prepare(server: server, target: target)
 
         var rows: [ReportRow] = []
-        for scenario in Scenario.all(devices: devices) {
+        for scenario in Scenario.all(devices: devices) where only.map({ scenario.name.contains($0) }) ?? true {
             let roundTrips = try await RoundTrips.measure(scenario, connection: target)
             for level in concurrency {
                 let row = try await measure(scenario, concurrency: level, target: target, pgbench: pgbench, roundTrips: roundTrips)
@@ -68,7 +74,7 @@ struct Bench: AsyncParsableCommand {
         var scaling: [ScalingRow] = []
         let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 8))
         let database = Database(pool: pool)
-        for size in scalingRows + (tenMillion ? [10_000_000] : []) {
+        for size in skipExtras ? [] : scalingRows + (tenMillion ? [10_000_000] : []) {
             try await Scaling.seed(rows: size, devices: devices, pool: pool)
             let list = Scenario.all(devices: devices)[0]
             let repositories = Scenario.Repositories(database: database)
@@ -83,7 +89,7 @@ struct Bench: AsyncParsableCommand {
         await pool.close()
 
         var http: [HTTPRow] = []
-        if let serverBinary {
+        if let serverBinary, !skipExtras {
             http = try HTTPLoad.run(serverBinary: serverBinary, databaseURL: try urlFor(target), seconds: seconds * 2, devices: devices)
         }
 
