@@ -128,7 +128,8 @@ struct APIRoutes: Sendable {
 
     @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {
         do {
-            try await database.asSystem { try $0.query("SELECT 1") }
+            // One round trip: a probe needs no transaction.
+            try await database.pool.withConnection { try $0.query("SELECT 1") }
         } catch {
             throw APIError.databaseUnavailable
         }
