@@ -11,9 +11,19 @@ struct APIRoutes: Sendable {
     let database: Database
     let tokens: TokenVerifier
     let metrics: PrometheusCollectorRegistry
-    var users: UserRepository { UserRepository(database: database) }
-    var devices: DeviceRepository { DeviceRepository(database: database) }
-    var logs: PoopLogRepository { PoopLogRepository(database: database) }
+    // Made once: a repository resolves its metrics when it is created, which is no work for every request.
+    let users: UserRepository
+    let devices: DeviceRepository
+    let logs: PoopLogRepository
+
+    init(database: Database, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry) {
+        self.database = database
+        self.tokens = tokens
+        self.metrics = metrics
+        users = UserRepository(database: database)
+        devices = DeviceRepository(database: database)
+        logs = PoopLogRepository(database: database)
+    }
 
     func register(on router: Router<APIContext>) {
         router.put("/v1/device", use: putDevice)

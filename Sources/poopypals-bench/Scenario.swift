@@ -12,9 +12,16 @@ struct Scenario: Sendable {
 
     struct Repositories: Sendable {
         let database: Database
-        var users: UserRepository { UserRepository(database: database) }
-        var devices: DeviceRepository { DeviceRepository(database: database) }
-        var logs: PoopLogRepository { PoopLogRepository(database: database) }
+        let users: UserRepository
+        let devices: DeviceRepository
+        let logs: PoopLogRepository
+
+        init(database: Database) {
+            self.database = database
+            users = UserRepository(database: database)
+            devices = DeviceRepository(database: database)
+            logs = PoopLogRepository(database: database)
+        }
     }
 
     /// Seeded device n and user n, in forms pgbench can build from a number too. Parsed once, so that the
