@@ -10,12 +10,14 @@ public final class Database: Sendable {
 
     public let pool: ConnectionPool
     public let retryPolicy: RetryPolicy
+    public let timeouts: RequestTimeouts
     private let logger = Logger(label: "poopypals.db")
     private let retries = Counter(label: "poopypals_db_retries_total")
 
-    public init(pool: ConnectionPool, retryPolicy: RetryPolicy = .default) {
+    public init(pool: ConnectionPool, retryPolicy: RetryPolicy = .default, timeouts: RequestTimeouts = .default) {
         self.pool = pool
         self.retryPolicy = retryPolicy
+        self.timeouts = timeouts
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.
@@ -34,7 +36,9 @@ public final class Database: Sendable {
     /// the work, COMMIT. A work of one statement ending in `finalQuery` costs one round trip.
     ///
     /// With `idempotent: true`, serialization failures, deadlocks and connections lost before COMMIT are
-    /// retried with backoff (see `RetryPolicy`); never otherwise.
+    /// retried with backoff (see `RetryPolicy`); never otherwise. Any work is run once more, at once, when a
+    /// cached statement went stale under it (an online schema change): the server rolled it back whole.
+    /// Each statement is bounded by `timeouts` (SQLSTATE 57014 or 55P03 when exceeded).
     /// - Throws: the work's error (after rollback); `TransactionError` naming the phase for begin/commit;
     ///   `PostgresClientError` when no connection could be had.
     @discardableResult
@@ -42,9 +46,10 @@ public final class Database: Sendable {
         _ device: DeviceID, idempotent: Bool = false,
         _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
-        try await withRetries(idempotent: idempotent) {
+        let timeouts = timeouts
+        return try await withRetries(idempotent: idempotent) {
             try await self.pool.withConnection { connection in
-                let transaction = DeviceTransaction(connection: connection, device: device)
+                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)
@@ -93,12 +98,19 @@ public final class Database: Sendable {
 
     private func withRetries<T: Sendable>(idempotent: Bool, _ attempt: @Sendable () async throws -> T) async throws -> T {
         var number = 1
+        var staleRetried = false
         while true {
             do {
                 return try await attempt()
             } catch {
                 let failure = error as? AttemptFailure
                 let underlying = failure?.error ?? error
+                if !staleRetried, Self.isStaleStatement(underlying) {
+                    // The connection has already forgotten the stale statement; nothing of the work took effect.
+                    staleRetried = true
+                    retries.increment()
+                    continue
+                }
                 guard idempotent, number < retryPolicy.maxAttempts,
                       retryPolicy.isRetryable(underlying, commitSent: failure?.commitSent ?? false)
                 else { throw underlying }
@@ -112,6 +124,13 @@ public final class Database: Sendable {
                 try await Task.sleep(for: delay)
             }
         }
+    }
+}
+
+extension Database {
+    static func isStaleStatement(_ error: any Error) -> Bool {
+        let clientError = (error as? PostgresClientError) ?? ((error as? TransactionError)?.underlying as? PostgresClientError)
+        return clientError?.kind == .statementInvalidated
     }
 }
 

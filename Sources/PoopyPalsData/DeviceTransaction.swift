@@ -14,13 +14,18 @@ public final class DeviceTransaction {
     /// True after `finalQuery`: the transaction is over.
     private(set) var isFinished = false
 
-    init(connection: Connection, device: DeviceID) {
+    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default) {
         self.connection = connection
         self.device = device
         prefix = [
             "BEGIN",
-            // set_config('role', …, true) is SET LOCAL ROLE; the device id is a bound value, never spliced in.
-            "SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.uuid.uuidString), true)",
+            // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
+            // Every value is bound, never spliced in.
+            """
+            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.uuid.uuidString), true), \
+            set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
+            set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true)
+            """,
         ]
     }
 
@@ -74,7 +79,9 @@ public final class DeviceTransaction {
     }
 
     private func run(_ query: PostgresQuery, commit: Bool) throws -> QueryResult {
-        precondition(!isFinished, "a statement after finalQuery(_:)")
+        guard !isFinished else {
+            throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
+        }
         let prefixStatements = prefix ?? []
         prefix = nil
         var batch = prefixStatements + [query]

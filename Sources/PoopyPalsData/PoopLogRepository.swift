@@ -119,7 +119,7 @@ public struct PoopLogRepository: Sendable {
             return try tx.finalQuery(query).map(PoopLog.init(row:))
         }
         let items = Array(logs.prefix(limit))
-        let next = logs.count > limit ? items.last.map { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
+        let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
         return PoopLogPage(items: items, nextCursor: next)
     }
 
@@ -186,12 +186,17 @@ struct LogCursor: Sendable, Equatable {
         let parts = text.split(separator: "|")
         guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUID(uuidString: String(parts[2]))
         else { throw InvalidField("before", "is not a valid cursor") }
-        occurredAt = Date(timeIntervalSince1970: Double(micros) / 1_000_000)
+        // Only what `encoded` can produce: a log's time, which is never before 1970 (see `validate`).
+        guard micros >= 0, let occurredAt = Date(microsecondsSince1970: micros) else {
+            throw InvalidField("before", "is not a valid cursor")
+        }
+        self.occurredAt = occurredAt
         self.id = id
     }
 
-    var encoded: String {
-        let micros = Int64((occurredAt.timeIntervalSince1970 * 1_000_000).rounded())
+    /// nil only for a time outside years 1…9999, which no stored log has.
+    var encoded: String? {
+        guard let micros = occurredAt.microsecondsSince1970 else { return nil }
         return Data("v1|\(micros)|\(id.uuidString.lowercased())".utf8).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")

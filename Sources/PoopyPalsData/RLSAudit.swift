@@ -102,6 +102,15 @@ public struct RLSAudit: Sendable {
         if let role = role.first {
             record("\(serviceRole) is not superuser", try role.decode("rolsuper", as: Bool.self) ? "it is a superuser" : nil)
             record("\(serviceRole) has no BYPASSRLS", try role.decode("rolbypassrls", as: Bool.self) ? "it has BYPASSRLS" : nil)
+            // What every request does first. PostgreSQL 16+ separates membership from the SET privilege (a
+            // CREATEROLE creator gets ADMIN without SET), so MEMBER is the wrong question: ask SET there.
+            let canSwitch = try connection.query("""
+                SELECT CASE WHEN current_setting('server_version_num')::int >= 160000
+                            THEN pg_has_role(current_user, \(serviceRole), 'SET')
+                            ELSE pg_has_role(current_user, \(serviceRole), 'MEMBER') END
+                """)[0].decode(0, as: Bool.self)
+            record("the login role can switch to \(serviceRole)", canSwitch ? nil
+                   : "current_user may not SET ROLE \(serviceRole): every device request would fail with 42501 (on PostgreSQL 16+: GRANT \(serviceRole) TO <login> WITH SET TRUE)")
         } else {
             record("\(serviceRole) exists", "the role does not exist")
         }

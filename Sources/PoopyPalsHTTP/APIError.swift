@@ -52,15 +52,20 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         case let error as TransactionError: return from(error.underlying)
         case let error as PostgresClientError:
             switch error.kind {
-            case .connectionFailed, .connectionLost, .poolTimeout, .poolClosed: return .databaseUnavailable
+            case .poolTimeout: return .busy
+            case .connectionFailed, .connectionLost, .poolClosed, .statementInvalidated: return .databaseUnavailable
             case .invalidParameter: return APIError(.badRequest, "invalid_request", "a value in the request cannot be stored (a NUL character?)")
             default: return .internalError
             }
         case let error as PostgresError:
+            // A statement that ran out of time or waited too long for a lock: the server has stopped it.
+            if error.sqlState == .queryCanceled || error.sqlState == .lockNotAvailable { return .timedOut }
             switch error.sqlState.errorClass {
             case .connectionException, .insufficientResources, .operatorIntervention: return .databaseUnavailable
             default: return .internalError
             }
+        case is CancellationError:
+            return .timedOut
         case is NIOTooManyBytesError:
             return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
         case let error as HTTPError:
@@ -76,6 +81,21 @@ public struct APIError: Error, HTTPResponseError, Sendable {
 
     static var databaseUnavailable: APIError {
         var error = APIError(.serviceUnavailable, "database_unavailable", "the database is not reachable; try again shortly")
+        error.headers[.retryAfter] = "2"
+        return error
+    }
+
+    /// Every connection is busy and none became free in time: the service is overloaded, not broken.
+    static var busy: APIError {
+        var error = APIError(.serviceUnavailable, "busy", "the service is busy; try again shortly")
+        error.headers[.retryAfter] = "1"
+        return error
+    }
+
+    /// The database did not finish in time (statement or lock timeout, or a cancel at shutdown); nothing was
+    /// changed by this request.
+    static var timedOut: APIError {
+        var error = APIError(.serviceUnavailable, "timeout", "the database did not answer in time; nothing was changed; try again shortly")
         error.headers[.retryAfter] = "2"
         return error
     }

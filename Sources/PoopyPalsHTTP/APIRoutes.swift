@@ -9,6 +9,8 @@ import Prometheus
 /// `app.device_id` of the request transaction and row-level security does the rest.
 struct APIRoutes: Sendable {
     let database: Database
+    /// A pool of one for `/readyz`, so that readiness does not queue behind a busy request pool.
+    let probe: ConnectionPool?
     let tokens: TokenVerifier
     let metrics: PrometheusCollectorRegistry
     // Made once: a repository resolves its metrics when it is created, which is no work for every request.
@@ -16,8 +18,9 @@ struct APIRoutes: Sendable {
     let devices: DeviceRepository
     let logs: PoopLogRepository
 
-    init(database: Database, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry) {
+    init(database: Database, probe: ConnectionPool? = nil, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry) {
         self.database = database
+        self.probe = probe
         self.tokens = tokens
         self.metrics = metrics
         users = UserRepository(database: database)
@@ -36,6 +39,7 @@ struct APIRoutes: Sendable {
         router.put("/v1/profile", use: putProfile)
         router.get("/v1/profile", use: getProfile)
         router.get("/healthz", use: health)
+        router.get("/readyz", use: ready)
         router.get("/metrics", use: prometheus)
     }
 
@@ -136,11 +140,27 @@ struct APIRoutes: Sendable {
 
     // MARK: Operations
 
+    /// Liveness: the process answers. No database: a slow or busy database must not get the process restarted.
     @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {
+        try JSONResponse.make(.ok, ["status": "ok"])
+    }
+
+    /// Readiness: one round trip that does what every request does first (begin, switch to the service role,
+    /// commit), on the probe's own connection, bounded by a 2 s statement timeout.
+    @Sendable func ready(_ request: Request, context: APIContext) async throws -> Response {
+        let pool = probe ?? database.pool
         do {
-            // One round trip: a probe needs no transaction.
-            try await database.pool.withConnection { try $0.query("SELECT 1") }
+            try await pool.withConnection { connection in
+                try connection.pipeline([
+                    "BEGIN",
+                    "SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true)",
+                    "COMMIT",
+                ])
+            }
+        } catch let error as PostgresClientError where error.kind == .poolTimeout {
+            throw APIError.busy
         } catch {
+            context.logger.warning("not ready", metadata: ["error": "\(error)"])
             throw APIError.databaseUnavailable
         }
         return try JSONResponse.make(.ok, ["status": "ok"])

@@ -12,6 +12,13 @@ public struct APIConfiguration: Sendable {
     public var host = "127.0.0.1"
     public var port = 8080
     public var poolSize = 10
+    /// How long a request waits for a free database connection before a 503 `busy`.
+    public var acquireTimeout: Duration = .seconds(3)
+    /// Statement and lock time limits of every request transaction.
+    public var timeouts = RequestTimeouts.default
+    /// After SIGTERM, in-flight requests get this long; then their statements are cancelled on the server, so
+    /// every client is answered and the process exits within 10 s.
+    public var shutdownGrace: Duration = .seconds(6)
     public var jwtSecret: String
     public var database: ConnectionConfiguration
 
@@ -21,16 +28,40 @@ public struct APIConfiguration: Sendable {
     }
 }
 
+/// The service's database pools: one for requests, one connection for readiness probes.
+struct APIPools: Sendable {
+    let requests: ConnectionPool
+    let probe: ConnectionPool
+
+    init(_ configuration: APIConfiguration) {
+        requests = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: configuration.poolSize,
+                                                       acquireTimeout: configuration.acquireTimeout))
+        probe = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: 1,
+                                                    acquireTimeout: .seconds(1)))
+    }
+
+    func close(cancellingInFlight: Bool = false) async {
+        await requests.close(cancellingInFlight: cancellingInFlight)
+        await probe.close(cancellingInFlight: cancellingInFlight)
+    }
+}
+
 /// Builds the HTTP application (tests call this too). `onListening` receives the bound port, useful with port 0.
 /// - Throws: `ConfigurationError` for an unusable JWT secret.
 public func buildApplication(
     _ configuration: APIConfiguration, logger: Logger = Logger(label: "poopypals.http"),
     onListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
-    let pool = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: configuration.poolSize,
-                                                   acquireTimeout: .seconds(5)))
-    let routes = APIRoutes(database: Database(pool: pool), tokens: try await TokenVerifier(secret: configuration.jwtSecret),
-                           metrics: APIMetrics.registry)
+    try await buildApplication(configuration, pools: APIPools(configuration), logger: logger, onListening: onListening)
+}
+
+func buildApplication(
+    _ configuration: APIConfiguration, pools: APIPools, logger: Logger,
+    onListening: @escaping @Sendable (Int) async -> Void
+) async throws -> some ApplicationProtocol {
+    let database = Database(pool: pools.requests, timeouts: configuration.timeouts)
+    let routes = APIRoutes(database: database, probe: pools.probe,
+                           tokens: try await TokenVerifier(secret: configuration.jwtSecret), metrics: APIMetrics.registry)
     let router = Router(context: APIContext.self)
     router.middlewares.add(RequestLogMiddleware(logger: logger))
     router.middlewares.add(MetricsMiddleware<APIContext>())
@@ -39,31 +70,56 @@ public func buildApplication(
     return Application(
         router: router,
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [PoolShutdown(pool: pool, logger: logger)],
+        services: [PoolShutdown(pools: pools, logger: logger)],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
 }
 
-/// Builds and runs the service until SIGTERM or SIGINT, then stops accepting, lets in-flight requests finish,
-/// and closes the pool, within 10 seconds.
+/// Builds and runs the service until SIGTERM or SIGINT. Then: stop accepting, let in-flight requests run for
+/// `shutdownGrace`, cancel on the server whatever still runs (those clients get 503 `timeout`), close the
+/// pools, exit — within 10 seconds.
 /// - Throws: `ConfigurationError` before listening when the configuration is unusable.
 public func serve(
     _ configuration: APIConfiguration, logger: Logger, onListening: @escaping @Sendable (Int) async -> Void
 ) async throws {
-    let application = try await buildApplication(configuration, logger: logger, onListening: onListening)
-    var group = ServiceGroupConfiguration(services: [application], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+    let pools = APIPools(configuration)
+    let application = try await buildApplication(configuration, pools: pools, logger: logger, onListening: onListening)
+    // Services shut down last first: the deadline starts its clock, then the server drains.
+    var group = ServiceGroupConfiguration(
+        services: [.init(service: application), .init(service: ShutdownDeadline(pools: pools, grace: configuration.shutdownGrace, logger: logger),
+                                                                successTerminationBehavior: .ignore)],
+        gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     group.maximumGracefulShutdownDuration = .seconds(9)
     try await ServiceGroup(configuration: group).run()
 }
 
-/// Closes the pool once the server has drained (services shut down in reverse order: the server first).
-struct PoolShutdown: Service {
-    let pool: ConnectionPool
+/// On graceful shutdown, gives in-flight requests `grace`, then cancels their statements on the server.
+struct ShutdownDeadline: Service {
+    let pools: APIPools
+    let grace: Duration
     let logger: Logger
 
     func run() async throws {
         try? await gracefulShutdown()
-        await pool.close()
+        let pools = pools, grace = grace, logger = logger
+        // Not awaited: the server drains meanwhile, and the group waits for this service to return first.
+        Task {
+            try? await Task.sleep(for: grace)
+            let busy = pools.requests.statistics.inUse
+            if busy > 0 { logger.warning("shutdown grace over; cancelling in-flight statements", metadata: ["in_use": "\(busy)"]) }
+            await pools.close(cancellingInFlight: true)
+        }
+    }
+}
+
+/// Closes the pools once the server has drained (services shut down in reverse order: the server first).
+struct PoolShutdown: Service {
+    let pools: APIPools
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await pools.close()
         logger.info("database pool closed")
     }
 }

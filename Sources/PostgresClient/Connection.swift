@@ -24,8 +24,17 @@ private let noticeReceiver: PQnoticeReceiver = { _, result in
 public final class Connection {
     private let handle: ConnectionHandle
     public let configuration: ConnectionConfiguration
-    private var preparedStatements: [String: String] = [:]
+    private var statements: StatementCache
     var savepointDepth = 0
+    /// Cancels this connection's running statement from any thread (`PQcancel`).
+    public let cancelToken: CancelToken
+    /// When the connection was opened, for the pool's maximum lifetime.
+    public let openedAt = ContinuousClock.now
+    /// True once a statement may have left session state (a `SET`, an advisory lock, a temporary table) that the
+    /// next borrower would inherit; `resetSession()` clears it.
+    public private(set) var sessionMayBeDirty = false
+    /// Batches sent again because a cached statement had gone stale (dropped, or its plan's result type changed).
+    public private(set) var staleStatementRetries = 0
     /// Network round trips made so far (one per pipeline Sync or simple query): what tests and benchmarks count.
     public private(set) var roundTrips = 0
     private var traceFile: UnsafeMutablePointer<FILE>?
@@ -40,8 +49,13 @@ public final class Connection {
     /// - Throws: `PostgresClientError.connectionFailed` with libpq's reason, scrubbed of the password.
     public init(configuration: ConnectionConfiguration) throws {
         self.configuration = configuration
-        var keywords: [String?] = ["connect_timeout", "fallback_application_name"]
-        var values: [String?] = [String(configuration.connectTimeoutSeconds), configuration.applicationName]
+        statements = StatementCache(capacity: configuration.statementCacheCapacity)
+        // Defaults the connection string may override: TCP keepalives and a user timeout, so a peer that vanished
+        // is noticed in seconds rather than hours; and the session settings decoding relies on.
+        var keywords: [String?] = ["connect_timeout", "fallback_application_name", "keepalives", "keepalives_idle",
+                                   "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options"]
+        var values: [String?] = [String(configuration.connectTimeoutSeconds), configuration.applicationName, "1", "30",
+                                 "10", "3", String(configuration.tcpUserTimeoutMilliseconds), configuration.startupOptions]
         // Array entries before the expanded dbname can be overridden by the connection string; entries after
         // it override the string. So our defaults go first, the explicit database override last.
         if let connectionString = configuration.connectionString {
@@ -52,6 +66,9 @@ public final class Connection {
             keywords.append("dbname")
             values.append(database)
         }
+        // After the string: decoding is written for UTF-8 whatever the URL says.
+        keywords.append("client_encoding")
+        values.append("UTF8")
         let expand: Int32 = configuration.connectionString == nil ? 0 : 1
         // Both arrays end with NULL, as libpq expects.
         let raw = withCStringArray(keywords + [nil]) { keywordPointers in
@@ -61,11 +78,58 @@ public final class Connection {
         }
         guard let raw else { throw PostgresClientError(.connectionFailed, "libpq could not allocate a connection") }
         handle = ConnectionHandle(raw)
+        cancelToken = CancelToken(PQgetCancel(raw))
         guard PQstatus(raw) == CONNECTION_OK else {
             throw PostgresClientError(.connectionFailed, "cannot connect to PostgreSQL: \(lastErrorMessage)")
         }
         PQsetNoticeReceiver(raw, noticeReceiver, nil)
+        try pinSessionParameters()
     }
+
+    /// The settings decoding depends on, as the server reports them (`ParameterStatus`). They are asked for at
+    /// startup (`options`); a pooler that drops startup options, or a connection string that replaces them,
+    /// gets them set here instead, which costs one round trip at connect only.
+    private func pinSessionParameters() throws {
+        func current(_ name: String) -> String { PQparameterStatus(pointer, name).map { String(cString: $0) } ?? "" }
+        var fixes: [String] = []
+        if !current("DateStyle").hasPrefix("ISO") { fixes.append("SET DateStyle = 'ISO, MDY'") }
+        if current("TimeZone") != "UTC" { fixes.append("SET TimeZone = 'UTC'") }
+        if current("client_encoding") != "UTF8" { fixes.append("SET client_encoding = 'UTF8'") }
+        guard !fixes.isEmpty else { return }
+        do {
+            try runScript(fixes.joined(separator: "; "))
+        } catch {
+            throw PostgresClientError(.connectionFailed, "cannot pin the session settings: \(error)")
+        }
+    }
+
+    /// Clears what a borrower may have left in the session, keeping prepared statements: open cursors, `LISTEN`,
+    /// session advisory locks, temporary tables, and every setting back to its connection default. One round trip.
+    /// - Throws: `PostgresError` or `PostgresClientError`; the pool then discards the connection.
+    public func resetSession() throws {
+        try runScript("CLOSE ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); DISCARD TEMP; RESET ALL")
+        try pinSessionParameters()
+        sessionMayBeDirty = false
+    }
+
+    /// Closes prepared statements the cache has let go of (evicted, or of unknown state after an error).
+    /// Runs only when idle, so the request path never pays for it. Failures are ignored: the name is unique and
+    /// the worst case is a statement that stays prepared until the connection closes.
+    public func closeReleasedStatements() {
+        guard transactionState == .idle, isOpen else { return }
+        if statements.needsDeallocateAll {
+            _ = try? runScript("DEALLOCATE ALL")
+        } else {
+            for name in statements.namesToClose { _ = try? runScript("DEALLOCATE \(name)") }
+        }
+        statements.closed()
+    }
+
+    /// True when evicted statements wait to be closed.
+    var hasReleasedStatements: Bool { statements.needsDeallocateAll || !statements.namesToClose.isEmpty }
+
+    /// Statements in the cache (for tests).
+    var cachedStatementCount: Int { statements.count }
 
     /// True while the connection is believed healthy (libpq learns of a broken socket only when it uses it).
     public var isOpen: Bool { !isBroken && PQstatus(pointer) == CONNECTION_OK }
@@ -112,6 +176,12 @@ public final class Connection {
 
     /// Like `pipeline(_:)`, but reports each statement's outcome: statements after a failure come back as
     /// `PostgresClientError` "skipped". Throws only when nothing could be sent or the connection broke.
+    ///
+    /// A cached statement that went stale under the service (an online `ALTER COLUMN … TYPE` makes the server
+    /// answer 0A000 "cached plan must not change result type"; `DEALLOCATE ALL` or a pooler makes it 26000) is
+    /// forgotten and, when the batch was a transaction of its own, the batch is sent again at once: nothing in
+    /// it took effect, since a failed statement rolls its whole batch back. Inside a longer transaction the
+    /// failure is reported as `PostgresClientError.statementInvalidated`, for the caller to retry the transaction.
     public func pipelineResults(_ queries: [PostgresQuery]) throws -> [Result<QueryResult, any Error>] {
         for query in queries {
             if let error = query.bindError { throw error }
@@ -120,25 +190,51 @@ public final class Connection {
             }
         }
         guard isOpen else { throw PostgresClientError(.connectionLost, "the connection is closed") }
+        let selfContained = transactionState == .idle
+        var retries = 0
+        while true {
+            let (results, stale) = try sendPipeline(queries)
+            guard let stale else { return results }
+            let committedBefore = queries[..<stale].contains { Self.endsTransaction($0.sql) }
+            guard selfContained, !committedBefore, retries < queries.count else {
+                return results.map { result in
+                    guard case .failure(let error as PostgresError) = result else { return result }
+                    return .failure(PostgresClientError(.statementInvalidated,
+                        "a prepared statement was invalidated by a schema change or a session reset (\(error.sqlState)); the transaction was rolled back and can be retried"))
+                }
+            }
+            if transactionState != .idle { try runScript("ROLLBACK") }
+            retries += 1
+            staleStatementRetries += 1
+        }
+    }
+
+    /// Sends the batch and reads it. Returns the index of the statement that failed because its cached
+    /// prepared statement was stale, if that is how the batch failed.
+    private func sendPipeline(_ queries: [PostgresQuery]) throws -> ([Result<QueryResult, any Error>], stale: Int?) {
         guard PQenterPipelineMode(pointer) == 1 else { throw connectionError() }
 
         // Send. A statement the cache has not seen is prepared in the same batch.
-        var expectsPrepare = [Bool](repeating: false, count: queries.count)
-        var newlyPrepared: [String: String] = [:]
+        var fresh = [String?](repeating: nil, count: queries.count)
+        var names = [String?](repeating: nil, count: queries.count)
         for (index, query) in queries.enumerated() {
             let sent: Int32 = withCStringArray(query.binds) { values in
-                let count = Int32(query.binds.count)
+                guard let count = Int32(exactly: query.binds.count) else { return 0 }
                 guard configuration.statementCache else {
+                    if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
                     return PQsendQueryParams(pointer, query.sql, count, nil, values, nil, nil, 0)
                 }
-                var name = preparedStatements[query.sql] ?? newlyPrepared[query.sql]
+                var name = statements.name(for: query.sql) ?? fresh[..<index].indices.first { queries[$0].sql == query.sql }.flatMap { names[$0] }
                 if name == nil {
-                    let fresh = "pp_\(preparedStatements.count + newlyPrepared.count + 1)"
-                    guard PQsendPrepare(pointer, fresh, query.sql, count, nil) == 1 else { return 0 }
-                    newlyPrepared[query.sql] = fresh
-                    expectsPrepare[index] = true
-                    name = fresh
+                    let newName = statements.freshName()
+                    guard PQsendPrepare(pointer, newName, query.sql, count, nil) == 1 else { return 0 }
+                    fresh[index] = newName
+                    name = newName
+                    if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
+                } else if SessionState.mayPersist(query.sql) {
+                    sessionMayBeDirty = true
                 }
+                names[index] = name
                 return PQsendQueryPrepared(pointer, name, count, values, nil, nil, 0)
             }
             guard sent == 1 else { throw abandonPipeline() }
@@ -148,12 +244,15 @@ public final class Connection {
 
         // Read: each statement's results end with a NULL; the batch ends with PIPELINE_SYNC.
         var results: [Result<QueryResult, any Error>] = []
-        var failedPrepares: Set<String> = []
+        var prepared: [(sql: String, name: String)] = []
         for (index, query) in queries.enumerated() {
             var failure: (any Error)?
-            if expectsPrepare[index], let error = error(of: try readStatementResult()) {
-                failedPrepares.insert(query.sql)
-                failure = error
+            if let name = fresh[index] {
+                if let error = error(of: try readStatementResult()) {
+                    failure = error
+                } else {
+                    prepared.append((query.sql, name))
+                }
             }
             let result = try readStatementResult()
             if let failure = failure ?? error(of: result) {
@@ -167,9 +266,28 @@ public final class Connection {
         PQclear(sync)
         guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline() }
 
-        for (sql, name) in newlyPrepared where !failedPrepares.contains(sql) { preparedStatements[sql] = name }
-        for case .failure(let error) in results { forgetStaleStatements(after: error, queries: queries) }
-        return results
+        for (sql, name) in prepared { statements.insert(sql, name: name) }
+        // Only the first failure is the server's verdict; the rest were skipped because of it.
+        guard let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } }),
+              case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }
+        let fromCache = fresh[failed] == nil && configuration.statementCache
+        switch error.sqlState {
+        case .featureNotSupported where fromCache:
+            // "cached plan must not change result type": this statement only.
+            statements.evict(queries[failed].sql)
+            return (results, failed)
+        case .invalidSQLStatementName where fromCache, .duplicatePreparedStatement:
+            // The server's statements are not what we think: forget them all, close them all when idle.
+            statements.reset()
+            return (results, failed)
+        default:
+            return (results, nil)
+        }
+    }
+
+    private static func endsTransaction(_ sql: String) -> Bool {
+        let head = sql.prefix(12).lowercased()
+        return head.hasPrefix("commit") || head.hasPrefix("end") || head.hasPrefix("rollback") || head.hasPrefix("abort")
     }
 
     /// Runs SQL without parameters through the simple query protocol: several statements may be sent at once,
@@ -177,6 +295,12 @@ public final class Connection {
     /// - Throws: `PostgresError` from the server, `PostgresClientError` for a NUL byte or a lost connection.
     @discardableResult
     public func executeScript(_ sql: String) throws -> QueryResult {
+        if SessionState.mayPersist(sql) { sessionMayBeDirty = true }
+        return try runScript(sql)
+    }
+
+    @discardableResult
+    private func runScript(_ sql: String) throws -> QueryResult {
         guard !sql.utf8.contains(0) else {
             throw PostgresClientError(.invalidParameter, "the SQL text contains a NUL byte")
         }
@@ -184,7 +308,10 @@ public final class Connection {
         roundTrips += 1
         guard let raw = PQexec(pointer, sql) else { throw connectionError() }
         let result = QueryResult(taking: raw)
-        if let error = error(of: result) { throw error }
+        if let error = error(of: result) {
+            if !isOpen { isBroken = true }
+            throw error
+        }
         return result
     }
 
@@ -247,15 +374,6 @@ public final class Connection {
         }
     }
 
-    /// A dropped prepared statement (DISCARD ALL, a pooler) or a changed table makes the cached plan fail;
-    /// forget it so that the next call prepares it again.
-    private func forgetStaleStatements(after error: any Error, queries: [PostgresQuery]) {
-        guard let serverError = error as? PostgresError,
-              serverError.sqlState == .invalidSQLStatementName || serverError.sqlState == .featureNotSupported
-        else { return }
-        for query in queries { preparedStatements[query.sql] = nil }
-    }
-
     /// The connection is no longer in a known protocol state: mark it broken so the pool replaces it.
     private func abandonPipeline() -> PostgresClientError {
         let error = connectionError()
@@ -280,4 +398,26 @@ func withCStringArray<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?])
     let copies = strings.map { $0.flatMap { strdup($0) } }
     defer { copies.forEach { free($0) } }
     return body(copies.map { $0.map { UnsafePointer($0) } })
+}
+
+/// Asks the server to cancel whatever its connection is running, from any thread (libpq's `PQcancel` is made
+/// for that). The request travels on a connection of its own, so it is a blocking network call: callers run it
+/// off the request's path.
+public final class CancelToken: @unchecked Sendable {
+    private let lock = NSLock()
+    private var handle: OpaquePointer?
+
+    init(_ handle: OpaquePointer?) { self.handle = handle }
+
+    deinit { PQfreeCancel(handle) }
+
+    /// - Returns: true when the request was delivered (the statement may still have finished first).
+    @discardableResult
+    public func cancel() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let handle else { return false }
+        var buffer = [CChar](repeating: 0, count: 256)
+        return PQcancel(handle, &buffer, Int32(buffer.count)) == 1
+    }
 }

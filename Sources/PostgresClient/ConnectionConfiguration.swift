@@ -15,6 +15,20 @@ public struct ConnectionConfiguration: Sendable {
     /// across transactions (PgBouncer before 1.21 in transaction mode): statements are then sent unnamed,
     /// still in one round trip each.
     public var statementCache: Bool
+    /// At most this many prepared statements per connection; the least recently used is closed first.
+    public var statementCacheCapacity = 256
+    /// The server ends a session left idle inside a transaction this long (a hung client must not hold locks).
+    public var idleInTransactionTimeout: Duration = .seconds(60)
+    /// TCP: unacknowledged data older than this breaks the connection (with keepalives every 10 s after 30 s idle).
+    public var tcpUserTimeoutMilliseconds = 30_000
+
+    /// Startup options: the session settings decoding relies on, and the idle-in-transaction limit.
+    var startupOptions: String {
+        // Clamped to what the server accepts (an int of milliseconds); 0 turns the limit off.
+        let seconds = min(max(0, idleInTransactionTimeout.components.seconds), 2_000_000)
+        let idle = seconds * 1000 + max(0, idleInTransactionTimeout.components.attoseconds) / 1_000_000_000_000_000
+        return "-c DateStyle=ISO,MDY -c TimeZone=UTC -c idle_in_transaction_session_timeout=\(idle)"
+    }
 
     public init(
         connectionString: String? = nil, database: String? = nil, applicationName: String = "poopypals",

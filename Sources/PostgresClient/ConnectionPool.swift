@@ -13,12 +13,17 @@ public final class ConnectionPool: Sendable {
         public var connection: ConnectionConfiguration
         public var maxConnections: Int
         public var acquireTimeout: Duration
+        /// A connection older than this is closed and replaced when it is next borrowed (server-side memory
+        /// growth, a rotated password, a failover all reach long-lived connections this way).
+        public var maxConnectionLifetime: Duration
 
-        public init(connection: ConnectionConfiguration, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(10)) {
-            precondition(maxConnections > 0, "a pool needs at least one connection")
+        /// `maxConnections` below 1 is taken as 1.
+        public init(connection: ConnectionConfiguration, maxConnections: Int = 10, acquireTimeout: Duration = .seconds(10),
+                    maxConnectionLifetime: Duration = .seconds(1800)) {
             self.connection = connection
-            self.maxConnections = maxConnections
+            self.maxConnections = max(1, maxConnections)
             self.acquireTimeout = acquireTimeout
+            self.maxConnectionLifetime = maxConnectionLifetime
         }
     }
 
@@ -49,11 +54,13 @@ public final class ConnectionPool: Sendable {
 
     private struct State {
         var idle: [Slot] = []
+        /// Slots lent out, so that shutdown can cancel what they run.
+        var lent: [ObjectIdentifier: Slot] = [:]
         var slots = 0
-        var inUse = 0
         var waiters: [Waiter] = []
         var nextWaiterID = 0
         var closed = false
+        var inUse: Int { lent.count }
     }
 
     public init(configuration: Configuration) {
@@ -70,15 +77,23 @@ public final class ConnectionPool: Sendable {
 
     /// Borrows a connection for the duration of `body`, which runs on that connection's own thread.
     ///
-    /// A transaction left open by `body` is rolled back before the connection is reused.
+    /// A transaction left open by `body` is rolled back, and session state it left (a `SET`, an advisory lock,
+    /// a temporary table) is reset, before the connection is reused. When the task is cancelled while `body`
+    /// runs, the running statement is cancelled on the server (`PQcancel`) and the connection, whose state is
+    /// then uncertain, is closed rather than reused.
     /// - Throws: `PostgresClientError` `.poolTimeout`, `.poolClosed` or `.connectionFailed`; `CancellationError`
     ///   when the task is cancelled while waiting; otherwise whatever `body` throws.
     @discardableResult
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let slot = try await acquire()
-        let connection = configuration.connection
+        let configuration = configuration
+        let borrower = Slot.Borrower()
         do {
-            let value = try await slot.thread.run { try slot.use(configuration: connection, body) }
+            let value = try await withTaskCancellationHandler {
+                try await slot.thread.run { try slot.use(configuration, as: borrower, body) }
+            } onCancel: {
+                slot.cancel(borrower)
+            }
             release(slot)
             return value
         } catch {
@@ -88,27 +103,34 @@ public final class ConnectionPool: Sendable {
     }
 
     /// Refuses new borrowers, fails the waiting ones, and closes every connection once it is returned.
-    public func close() async {
-        let (idle, waiters) = state.withLock { state -> ([Slot], [Waiter]) in
+    /// With `cancellingInFlight`, statements still running are cancelled on the server too (shutdown after
+    /// its grace period). Returns once the idle connections are closed; it never waits for a borrower.
+    public func close(cancellingInFlight: Bool = false) async {
+        let (idle, waiters, lent) = state.withLock { state -> ([Slot], [Waiter], [Slot]) in
             state.closed = true
             defer { state.idle = []; state.waiters = [] }
             state.slots -= state.idle.count
-            return (state.idle, state.waiters)
+            return (state.idle, state.waiters, Array(state.lent.values))
         }
         for waiter in waiters {
             waiter.timer?.cancel()
             waiter.continuation.resume(throwing: PostgresClientError(.poolClosed, "the connection pool is closed"))
+        }
+        if cancellingInFlight {
+            for slot in lent { slot.cancelCurrent() }
         }
         for slot in idle {
             await withCheckedContinuation { done in slot.shutDown { done.resume() } }
         }
     }
 
+    /// True once `close` has been called.
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
     // MARK: - Checkout
 
     private enum Checkout {
         case ready(Slot)
-        case create(Int)
         case wait
         case fail(any Error)
     }
@@ -124,20 +146,20 @@ public final class ConnectionPool: Sendable {
                     if state.closed { return .fail(PostgresClientError(.poolClosed, "the connection pool is closed")) }
                     if Task.isCancelled { return .fail(CancellationError()) }
                     if let slot = state.idle.popLast() {
-                        state.inUse += 1
+                        state.lent[ObjectIdentifier(slot)] = slot
                         return .ready(slot)
                     }
                     if state.slots < configuration.maxConnections {
                         state.slots += 1
-                        state.inUse += 1
-                        return .create(state.slots)
+                        let slot = Slot(name: "poopypals-pg-\(state.slots)")
+                        state.lent[ObjectIdentifier(slot)] = slot
+                        return .ready(slot)
                     }
                     state.waiters.append(Waiter(id: id, continuation: continuation))
                     return .wait
                 }
                 switch checkout {
                 case .ready(let slot): continuation.resume(returning: slot)
-                case .create(let number): continuation.resume(returning: Slot(name: "poopypals-pg-\(number)"))
                 case .fail(let error): continuation.resume(throwing: error)
                 case .wait: startTimer(for: id)
                 }
@@ -171,47 +193,108 @@ public final class ConnectionPool: Sendable {
         if error is PostgresClientError { logger.warning("database connection wait timed out") }
     }
 
+    /// One decision under one lock: hand the slot to the next waiter, keep it idle, or (pool closed) shut it.
     private func release(_ slot: Slot) {
-        let next = state.withLock { state -> Waiter? in
+        enum Next { case handOver(Waiter), keep, shutDown }
+        let next = state.withLock { state -> Next in
             if state.closed {
-                state.inUse -= 1
+                state.lent[ObjectIdentifier(slot)] = nil
                 state.slots -= 1
-                return nil
+                return .shutDown
             }
-            if !state.waiters.isEmpty { return state.waiters.removeFirst() }  // handed over: still in use
-            state.inUse -= 1
+            if !state.waiters.isEmpty { return .handOver(state.waiters.removeFirst()) }  // still lent
+            state.lent[ObjectIdentifier(slot)] = nil
             state.idle.append(slot)
-            return nil
+            return .keep
         }
-        if let next {
-            next.timer?.cancel()
-            next.continuation.resume(returning: slot)
-        } else if state.withLock({ $0.closed }) {
+        switch next {
+        case .handOver(let waiter):
+            waiter.timer?.cancel()
+            waiter.continuation.resume(returning: slot)
+        case .shutDown:
             slot.shutDown {}
+        case .keep:
+            break
         }
     }
 }
 
 extension ConnectionPool {
-    /// One pooled connection and the thread it lives on. `connection` is touched only on `thread`.
+    /// One pooled connection and the thread it lives on. `connection` is touched only on `thread`; the cancel
+    /// state is shared with whatever thread asks for a cancel, under `lock`.
     final class Slot: @unchecked Sendable {
         let thread: ConnectionThread
         private var connection: Connection?
+        private let lock = NSLock()
+        /// The borrower whose body runs now, and its connection's cancel token; nil between borrowers.
+        private var running: (borrower: Borrower, token: CancelToken)?
+
+        /// One borrowing: a cancel is meant for it alone, never for the next borrower of the same connection.
+        final class Borrower: @unchecked Sendable {
+            /// Guarded by the slot's lock.
+            var cancelled = false
+        }
 
         init(name: String) { thread = ConnectionThread(name: name) }
 
-        /// Runs on `thread`: (re)connects when needed, runs `body`, and leaves the connection clean.
-        func use<T>(configuration: ConnectionConfiguration, _ body: (Connection) throws -> T) throws -> T {
-            if let current = connection, !current.isUsableForCheckout() { connection = nil }
-            let connection = try self.connection ?? Connection(configuration: configuration)
-            self.connection = connection
-            defer {
-                if connection.isOpen, connection.transactionState != .idle {
-                    _ = try? connection.executeScript("ROLLBACK")
-                }
-                if !connection.isOpen || connection.transactionState != .idle { self.connection = nil }
+        /// Runs on `thread`: (re)connects when needed, runs `body`, and leaves the connection clean for the next
+        /// borrower: no open transaction, no session state, evicted statements closed, or else no connection.
+        func use<T>(_ configuration: ConnectionPool.Configuration, as borrower: Borrower, _ body: (Connection) throws -> T) throws -> T {
+            if let current = connection,
+               !current.isUsableForCheckout() || ContinuousClock.now - current.openedAt > configuration.maxConnectionLifetime {
+                connection = nil
             }
+            let connection = try self.connection ?? Connection(configuration: configuration.connection)
+            self.connection = connection
+            let alreadyCancelled = lock.withLock { () -> Bool in
+                running = (borrower, connection.cancelToken)
+                return borrower.cancelled
+            }
+            defer {
+                let cancelled = lock.withLock { () -> Bool in
+                    running = nil
+                    return borrower.cancelled
+                }
+                if cancelled {
+                    // A cancel may still be on its way to the server: this session's state is uncertain.
+                    self.connection = nil
+                } else {
+                    tidy(connection)
+                }
+            }
+            if alreadyCancelled { throw CancellationError() }
             return try body(connection)
+        }
+
+        private func tidy(_ connection: Connection) {
+            if connection.isOpen, connection.transactionState != .idle {
+                _ = try? connection.executeScript("ROLLBACK")
+            }
+            guard connection.isOpen, connection.transactionState == .idle else {
+                self.connection = nil
+                return
+            }
+            if connection.sessionMayBeDirty {
+                do { try connection.resetSession() } catch { self.connection = nil; return }
+            }
+            if connection.hasReleasedStatements { connection.closeReleasedStatements() }
+        }
+
+        /// Cancels what the current borrower runs, whoever it is (shutdown).
+        func cancelCurrent() {
+            guard let borrower = lock.withLock({ running?.borrower }) else { return }
+            cancel(borrower)
+        }
+
+        /// From any thread: cancels the statement `borrower` runs, if it runs now, and marks the connection for
+        /// closing after it. The cancel request is a network call, so it runs on a thread of its own.
+        func cancel(_ borrower: Borrower) {
+            let token = lock.withLock { () -> CancelToken? in
+                borrower.cancelled = true
+                return running?.borrower === borrower ? running?.token : nil
+            }
+            guard let token else { return }
+            Thread.detachNewThread { token.cancel() }
         }
 
         func shutDown(then done: @escaping @Sendable () -> Void) {

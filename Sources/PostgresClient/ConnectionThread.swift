@@ -7,6 +7,7 @@ final class ConnectionThread: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [@Sendable () -> Void] = []
     private var stopping = false
+    private var exited = false
 
     private static let marker = "poopypals.connection-thread"
 
@@ -23,8 +24,15 @@ final class ConnectionThread: @unchecked Sendable {
     /// True on a pool's connection thread (where blocking libpq calls belong).
     static var isCurrent: Bool { Thread.current.threadDictionary[marker] as? Bool == true }
 
+    /// Queues `job`; on a thread that has already ended, runs it on the caller's thread instead, so that no
+    /// job (and no continuation waiting on one) is ever dropped.
     func submit(_ job: @escaping @Sendable () -> Void) {
         condition.lock()
+        if exited {
+            condition.unlock()
+            job()
+            return
+        }
         jobs.append(job)
         condition.signal()
         condition.unlock()
@@ -50,6 +58,7 @@ final class ConnectionThread: @unchecked Sendable {
             condition.lock()
             while jobs.isEmpty && !stopping { condition.wait() }
             if jobs.isEmpty {
+                exited = true
                 condition.unlock()
                 return
             }

@@ -14,6 +14,11 @@ public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConve
         case poolClosed
         /// A pipelined statement that the server skipped because an earlier one failed.
         case skipped
+        /// A cached prepared statement went stale inside a transaction (an online schema change, a session
+        /// reset); the transaction was rolled back by the server and is safe to run again.
+        case statementInvalidated
+        /// A caller's misuse of the API (for example a statement after the final one of a transaction).
+        case misuse
         /// libpq or the server did something this client does not handle (for example COPY).
         case unsupported
     }

@@ -6,9 +6,11 @@ import Foundation
 /// independent of the process locale, and reads any UTC offset, so a session `TimeZone` other than UTC
 /// still decodes correctly.
 enum PostgresDate {
-    static func format(_ date: Date) -> String {
-        let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
-        let micros = Int64(totalMicros)
+    /// - Throws: `PostgresClientError.invalidParameter` for a date outside years 1…9999 (or not finite).
+    static func format(_ date: Date) throws -> String {
+        guard let micros = date.microsecondsSince1970 else {
+            throw PostgresClientError(.invalidParameter, "a date outside the years 1 to 9999 cannot be stored")
+        }
         let secondsOfDay = 86_400 * Int64(1_000_000)
         var days = micros / secondsOfDay
         var rest = micros % secondsOfDay
@@ -45,7 +47,8 @@ enum PostgresDate {
         // PostgreSQL prints years past 9999 with more digits.
         var yearDigits = 0
         while index + yearDigits < bytes.count, bytes[index + yearDigits] >= 48, bytes[index + yearDigits] <= 57 { yearDigits += 1 }
-        guard (4...6).contains(yearDigits), let year = number(yearDigits), expect(UInt8(ascii: "-")), let month = number(2),
+        // Years 1…9999 only: their microseconds fit in Int64 with room to spare, so nothing below can overflow.
+        guard yearDigits == 4, let year = number(yearDigits), year >= 1, expect(UInt8(ascii: "-")), let month = number(2),
               expect(UInt8(ascii: "-")), let day = number(2),
               (1...12).contains(month), (1...31).contains(day) else { return nil }
         var micros = days(fromYear: year, month: month, day: day) * 86_400 * 1_000_000
@@ -77,20 +80,20 @@ enum PostgresDate {
             }
             index += 1
             if sign != 0 {
-                guard let hours = number(2) else { return nil }
+                guard let hours = number(2), hours < 16 else { return nil }
                 var offset = hours * 3600
                 if expect(UInt8(ascii: ":")) {
-                    guard let minutes = number(2) else { return nil }
+                    guard let minutes = number(2), minutes < 60 else { return nil }
                     offset += minutes * 60
                     if expect(UInt8(ascii: ":")) {
-                        guard let seconds = number(2) else { return nil }
+                        guard let seconds = number(2), seconds < 60 else { return nil }
                         offset += seconds
                     }
                 }
                 micros -= sign * offset * 1_000_000
             }
         }
-        guard index == bytes.count else { return nil }
+        guard index == bytes.count, Date.representableMicroseconds.contains(micros) else { return nil }
         return Date(timeIntervalSince1970: Double(micros) / 1_000_000)
     }
 
@@ -119,5 +122,25 @@ enum PostgresDate {
         let day = dayOfYear - (153 * mp + 2) / 5 + 1
         let month = mp < 10 ? mp + 3 : mp - 9
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+}
+
+extension Date {
+    /// Microseconds from 0001-01-01T00:00:00Z through 9999-12-31T23:59:59.999999Z: what this library encodes
+    /// and decodes. Every conversion checks against it, so no input can trap a conversion.
+    public static let representableMicroseconds: ClosedRange<Int64> = -62_135_596_800_000_000 ... 253_402_300_799_999_999
+
+    /// Microseconds since 1970 rounded to PostgreSQL's resolution, or nil outside years 1…9999 (or for NaN).
+    public var microsecondsSince1970: Int64? {
+        let micros = (timeIntervalSince1970 * 1_000_000).rounded()
+        // Both bounds are exact in a Double (multiples of 2^8), so these comparisons are exact too; NaN fails them.
+        guard micros >= -62_135_596_800_000_000.0, micros < 253_402_300_800_000_000.0 else { return nil }
+        return Int64(micros)
+    }
+
+    /// The date `micros` microseconds after 1970, or nil outside years 1…9999.
+    public init?(microsecondsSince1970 micros: Int64) {
+        guard Self.representableMicroseconds.contains(micros) else { return nil }
+        self.init(timeIntervalSince1970: Double(micros) / 1_000_000)
     }
 }

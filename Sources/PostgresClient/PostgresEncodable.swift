@@ -63,7 +63,7 @@ extension UUID: PostgresEncodable {
 
 extension Date: PostgresEncodable {
     /// Encoded in UTC with microsecond precision, PostgreSQL's own resolution.
-    public func postgresText() throws -> String? { PostgresDate.format(self) }
+    public func postgresText() throws -> String? { try PostgresDate.format(self) }
 }
 
 extension Data: PostgresEncodable {

@@ -50,6 +50,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
     public static let deadlockDetected: SQLState = "40P01"
     public static let syntaxError: SQLState = "42601"
     public static let insufficientPrivilege: SQLState = "42501"
+    public static let duplicatePreparedStatement: SQLState = "42P05"
     public static let undefinedColumn: SQLState = "42703"
     public static let undefinedFunction: SQLState = "42883"
     public static let undefinedTable: SQLState = "42P01"

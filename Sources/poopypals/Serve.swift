@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PoopyPalsData
 import PoopyPalsHTTP
 import PostgresClient
 
@@ -8,8 +9,9 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the HTTP API the app calls.",
         discussion: """
-            Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. SIGTERM or SIGINT: stop \
-            accepting, finish in-flight requests, close the pool, exit 0 within 10 s.
+            Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. POOPYPALS_STATEMENT_TIMEOUT \
+            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement. SIGTERM or SIGINT: stop \
+            accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
     @OptionGroup var connection: ConnectionOptions
@@ -43,6 +45,11 @@ struct Serve: AsyncParsableCommand {
             fail("POOPYPALS_POOL_SIZE must be 1…200", status: .checkFailed)
         }
         configuration.poolSize = size
+        do {
+            configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
+        } catch {
+            fail("\(error)", status: .checkFailed)
+        }
         let host = configuration.host
         do {
             try await serve(configuration, logger: logger) { port in

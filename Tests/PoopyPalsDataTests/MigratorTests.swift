@@ -183,10 +183,13 @@ struct MigratorTests {
 
     @Test func advisoryLockWaitTimesOutNamingTheHolder() async throws {
         try await TestDatabase.with { db in
-            let holder = db.pool(size: 1)
-            let (pid, _) = try await holder.withConnection { conn in
-                (conn.serverProcessID, try conn.query("SELECT pg_advisory_lock(\(0x506F_6F70_7950_6C73 as Int64))"))
+            // Held by a borrower that keeps its connection: a pool resets session locks when a connection returns.
+            let holderPID = Locked<Int32>(0)
+            let holder = try await db.inAnotherSession(holdingFor: 5) { conn in
+                holderPID.withLock { $0 = conn.serverProcessID }
+                try conn.query("SELECT pg_advisory_lock(\(0x506F_6F70_7950_6C73 as Int64))")
             }
+            let pid = holderPID.value
             var options = Migrator.Options()
             options.advisoryLockWait = .milliseconds(300)
             let files = try Self.files(["0001_a.sql": "SELECT 1;"])
@@ -195,7 +198,7 @@ struct MigratorTests {
                 try await Self.migrate(db, files, frozenOptions4)
             }
             #expect(error.map { "\($0)" }?.contains("process \(pid)") == true)
-            await holder.close()
+            try await holder.value
         }
     }
 

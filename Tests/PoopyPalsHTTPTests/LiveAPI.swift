@@ -27,12 +27,14 @@ struct LiveAPI: Sendable {
     }
 
     /// Starts the app on `db` (or on any configuration), returns once it listens.
-    static func start(_ database: ConnectionConfiguration, poolSize: Int = 8) async throws -> LiveAPI {
+    static func start(_ database: ConnectionConfiguration, poolSize: Int = 8,
+                      configure: @Sendable (inout APIConfiguration) -> Void = { _ in }) async throws -> LiveAPI {
         let lines = Locked<[String]>([])
         let logger = Logger(label: "poopypals.http") { _ in CapturingLogHandler(lines: lines) }
         var configuration = APIConfiguration(jwtSecret: secret, database: database)
         configuration.port = 0
         configuration.poolSize = poolSize
+        configure(&configuration)
         let port = Locked<Int?>(nil)
         let application = try await buildApplication(configuration, logger: logger) { bound in port.withLock { $0 = bound } }
         let task = Task { try await application.run() }
@@ -96,9 +98,10 @@ struct CapturingLogHandler: LogHandler {
 
 extension TestDatabase {
     /// A migrated database with the API running on it.
-    static func withAPI<T: Sendable>(poolSize: Int = 8, _ body: @Sendable (LiveAPI, TestDatabase) async throws -> T) async throws -> T {
+    static func withAPI<T: Sendable>(poolSize: Int = 8, configure: @escaping @Sendable (inout APIConfiguration) -> Void = { _ in },
+                                     _ body: @Sendable (LiveAPI, TestDatabase) async throws -> T) async throws -> T {
         try await withMigrated { db in
-            let api = try await LiveAPI.start(db.configuration, poolSize: poolSize)
+            let api = try await LiveAPI.start(db.configuration, poolSize: poolSize, configure: configure)
             do {
                 let value = try await body(api, db)
                 await api.stop()

@@ -70,15 +70,16 @@ struct OperationsTests {
                 try conn.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS false")
                 try conn.query("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = \(db.name)")
             }
-            let health = try await api.send("GET", "/healthz")
-            #expect(health.status == 503)
-            #expect(health.header("Retry-After") == "2")
+            let ready = try await api.send("GET", "/readyz")
+            #expect(ready.status == 503)
+            #expect(ready.header("Retry-After") == "2")
+            #expect(try await api.send("GET", "/healthz").status == 200)  // alive all the same
             let route = try await api.send("GET", "/v1/device", device: device)
             #expect(route.status == 503)
             #expect(route.errorCode == "database_unavailable")
             try await admin.withConnection { try $0.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS true") }
             await admin.close()
-            #expect(try await api.send("GET", "/healthz").status == 200)
+            #expect(try await api.send("GET", "/readyz").status == 200)
             #expect(try await api.send("GET", "/v1/device", device: device).status == 200)
         }
     }
@@ -115,7 +116,7 @@ struct OperationsTests {
         let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
         let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
         #expect(routed == OpenAPIPaths.operations(in: spec))
-        #expect(routed.count == 11)
+        #expect(routed.count == 12)
     }
 }
 

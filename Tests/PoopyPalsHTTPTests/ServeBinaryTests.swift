@@ -50,6 +50,58 @@ struct ServeBinaryTests {
         }
     }
 
+    /// A request stuck on a lock far longer than the shutdown budget: SIGTERM still answers it (503, nothing
+    /// written), leaves nothing waiting on the server, and exits 0 within 10 s.
+    @Test func sigtermCancelsWhatIsStuckAnswersEveryClientAndExitsInTime() async throws {
+        try await TestDatabase.withMigrated { db in
+            let process = Process()
+            process.executableURL = TestProject.binary
+            process.arguments = ["serve", "--port", "0", "--pool-size", "4"]
+            var environment = ProcessInfo.processInfo.environment
+            environment["DATABASE_URL"] = db.url
+            environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
+            environment["POOPYPALS_STATEMENT_TIMEOUT"] = "60s"
+            environment["POOPYPALS_LOCK_TIMEOUT"] = "60s"
+            process.environment = environment
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { process.terminate() } }
+            let base = "http://127.0.0.1:\(try await Self.port(from: output.fileHandleForReading))"
+            let device = UUID().uuidString.lowercased()
+            #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
+
+            let lock = try await db.inAnotherSession(holdingFor: 12) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            async let upload = Self.request("POST", base + "/v1/logs", device: device,
+                                            body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            try await Task.sleep(for: .milliseconds(400))
+            let signalled = ContinuousClock.now
+            kill(process.processIdentifier, SIGTERM)
+            let (status, body) = try await upload
+            #expect(status == 503)
+            #expect(String(decoding: body, as: UTF8.self).contains("\"timeout\""))
+            while process.isRunning && ContinuousClock.now - signalled < .seconds(15) { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(!process.isRunning)
+            #expect(process.terminationStatus == 0)
+            #expect(ContinuousClock.now - signalled < .seconds(10))
+            let waiting = try await db.withConnection { conn in
+                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'")[0]
+                    .decode(0, as: Int.self)
+            }
+            #expect(waiting == 0)
+            try await lock.value
+            // The cancelled upload did not commit (row-level security is forced: look as the device).
+            let logs = try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('app.device_id', \(device), true)")
+                    return try conn.query("SELECT count(*) FROM poop_logs")[0].decode(0, as: Int.self)
+                }
+            }
+            #expect(logs == 0)
+        }
+    }
+
     @Test func refusesToStartWithoutASecretExceptInDevMode() async throws {
         let output = try await TestProject.run(["serve", "--port", "0", "--database-url", "postgresql://x@127.0.0.1:1/x"],
                                                environment: ["AUTH_JWT_SECRET": ""])

@@ -77,13 +77,23 @@ struct PoolTests {
     @Test func waitersTimeOutWithAClearError() async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 1, acquireTimeout: .milliseconds(200))
-            async let holder: Void = pool.withConnection { conn in try conn.query("SELECT pg_sleep(1.5)") }
-            try await Task.sleep(for: .milliseconds(300))
+            // The holder keeps the only connection until the waiter has given up (or 10 s): no race with a
+            // busy machine's timers.
+            let holding = Locked(false)
+            let waiterDone = Locked(false)
+            async let holder: Void = pool.withConnection { conn in
+                holding.withLock { $0 = true }
+                let deadline = Date().addingTimeInterval(10)
+                while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                try conn.query("SELECT 1")
+            }
+            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
             // Had the wait not timed out, the borrow would succeed once the holder is done.
             let error = await #expect(throws: PostgresClientError.self) {
                 try await pool.withConnection { _ in }
             }
             #expect(error?.kind == .poolTimeout)
+            waiterDone.withLock { $0 = true }
             try await holder
             await pool.close()
         }

@@ -1,0 +1,128 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("The request path under production conditions")
+struct RobustRequestTests {
+    @Test func anOnlineColumnTypeChangeFailsNoRequest() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let logs = PoopLogRepository(database: database)
+            let first = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3, notes: "warm"), as: device).log
+            for _ in 0..<4 {  // every statement prepared on both pooled connections
+                _ = try await logs.list(as: device)
+                _ = try await logs.get(first.id, as: device)
+            }
+            try await db.withConnection { try $0.executeScript("ALTER TABLE poop_logs ALTER COLUMN notes TYPE varchar(2000)") }
+            var failures = 0
+            for index in 0..<20 {
+                do {
+                    _ = try await logs.list(as: device)
+                    _ = try await logs.get(first.id, as: device)
+                    _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4, notes: "after \(index)"), as: device)
+                    _ = try await logs.update(first.id, PoopLogPatch(bristolType: 5), as: device)
+                    // A transaction of two round trips: retried whole by the data layer.
+                    _ = try await database.asDevice(device) { tx in
+                        try tx.query("SELECT notes FROM poop_logs ORDER BY occurred_at LIMIT 1")
+                        return try tx.query("SELECT count(*) FROM poop_logs")[0].decode(0, as: Int.self)
+                    }
+                } catch {
+                    failures += 1
+                }
+            }
+            #expect(failures == 0)
+            #expect(try await logs.list(limit: 200, as: device).items.count == 21)
+            await database.pool.close()
+        }
+    }
+
+    @Test func aLockWaitEndsWithinTheLockTimeoutAndLeavesNothingWaiting() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1), timeouts: RequestTimeouts(statement: .seconds(1), lock: .milliseconds(300)))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let lock = try await db.inAnotherSession(holdingFor: 6) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let started = ContinuousClock.now
+            let error = await #expect(throws: PostgresError.self) {
+                try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device)
+            }
+            #expect(error?.sqlState == .lockNotAvailable)
+            #expect(ContinuousClock.now - started < .seconds(4))  // not the 6 s the lock is held
+            try await lock.value
+            #expect(try await PoopLogRepository(database: database).list(as: device).items.isEmpty)
+            await database.pool.close()
+        }
+    }
+
+    @Test func aSlowStatementEndsWithinTheStatementTimeout() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1), timeouts: RequestTimeouts(statement: .milliseconds(300), lock: .milliseconds(300)))
+            let started = ContinuousClock.now
+            let error = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(UUID())) { tx in try tx.finalQuery("SELECT pg_sleep(5)") }
+            }
+            #expect(error?.sqlState == .queryCanceled)
+            #expect(ContinuousClock.now - started < .seconds(4))  // not the 5 s asked for
+            await database.pool.close()
+        }
+    }
+
+    @Test func aStatementAfterTheFinalOneThrowsInsteadOfCrashing() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let error = await #expect(throws: PostgresClientError.self) {
+                try await database.asDevice(DeviceID(UUID())) { tx in
+                    try tx.finalQuery("SELECT 1")
+                    try tx.query("SELECT 2")
+                }
+            }
+            #expect(error?.kind == .misuse)
+            await database.pool.close()
+        }
+    }
+
+    @Test(arguments: [Int64.max, Int64.min, -1])
+    func aCursorOutsideWhatTheAPIProducesIsInvalidInput(micros: Int64) async throws {
+        let cursor = Self.cursor(micros)
+        #expect(throws: InvalidField("before", "is not a valid cursor")) { try LogCursor(encoded: cursor) }
+    }
+
+    @Test func theEarliestCursorIsValid() throws {
+        #expect(try LogCursor(encoded: Self.cursor(0)).occurredAt == Date(timeIntervalSince1970: 0))
+    }
+
+    static func cursor(_ micros: Int64) -> String {
+        Data("v1|\(micros)|\(UUID().uuidString.lowercased())".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    @Test func requestTimeoutsFromTheEnvironmentAreCheckedNotTrusted() throws {
+        #expect(try RequestTimeouts.fromEnvironment([:]) == .default)
+        let set = try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "2s", "POOPYPALS_LOCK_TIMEOUT": "250ms"])
+        #expect(set == RequestTimeouts(statement: .seconds(2), lock: .milliseconds(250)))
+        // The lock timeout never exceeds a shorter statement timeout by default.
+        #expect(try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "500"]).lock == .milliseconds(500))
+        for bad in ["", "0", "-1s", "9999999999999999999", "601s", "5 s", "1e3", "٣s", "10h"] where !bad.isEmpty {
+            #expect(throws: InvalidField.self, "\(bad)") { try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": bad]) }
+        }
+    }
+
+    /// PostgreSQL 16+ gives the creator of a role ADMIN but not SET: membership alone does not let the
+    /// service switch roles. The audit asks the question the request path depends on.
+    @Test func theAuditFailsWhenTheLoginCannotSwitchToTheServiceRole() async throws {
+        try await TestDatabase.withMigrated { db in
+            let role = "pp_audit_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+            try await db.withConnection { try $0.executeScript("CREATE ROLE \(role) NOLOGIN") }
+            defer { Task { try? await db.withConnection { try $0.executeScript("DROP ROLE IF EXISTS \(role)") } } }
+            let report = try await db.withConnection { try RLSAudit(serviceRole: role).run(on: $0) }
+            #expect(!report.ok)
+            #expect(report.checks.contains { !$0.ok && $0.check.contains("can switch to \(role)") })
+            let real = try await db.withConnection { try RLSAudit().run(on: $0) }
+            #expect(real.checks.contains { $0.ok && $0.check.contains("can switch to poopypals_app") })
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+@testable import PoopyPalsData
+@testable import PoopyPalsHTTP
+import PostgresClient
+import Testing
+import TestSupport
+
+@Suite("The API under production conditions")
+struct RobustPathTests {
+    /// base64url of `v1|<micros>|<uuid>`: what a crafted `before` looks like.
+    static func cursor(_ micros: String) -> String {
+        Data("v1|\(micros)|\(UUID().uuidString.lowercased())".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    @Test func craftedCursorsAreA400AndTheServerLives() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            for micros in ["9223372036854775807", "-9223372036854775808", "-1", "99999999999999999999", "1e300"] {
+                let reply = try await api.send("GET", "/v1/logs?before=\(Self.cursor(micros))", device: device)
+                #expect(reply.status == 400, "\(micros)")
+                #expect(reply.errorCode == "invalid_field", "\(micros)")
+                #expect(reply.text.contains("before"), "\(micros)")
+            }
+            let earliest = try await api.send("GET", "/v1/logs?before=\(Self.cursor("0"))", device: device)
+            #expect(earliest.status == 200)
+            #expect(try await api.send("GET", "/healthz").status == 200)
+        }
+    }
+
+    @Test func anOnlineColumnTypeChangeFailsNoRequest() async throws {
+        try await TestDatabase.withAPI(poolSize: 4) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let created = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"notes":"x"}"#)
+            #expect(created.status == 201)
+            let id = try #require(created.json?["id"] as? String)
+            // Warm every pooled connection.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<16 { group.addTask { _ = try await api.send("GET", "/v1/logs", device: device) } }
+                try await group.waitForAll()
+            }
+            try await db.withConnection { try $0.executeScript("ALTER TABLE poop_logs ALTER COLUMN notes TYPE varchar(2000)") }
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<80 {
+                    group.addTask {
+                        switch index % 4 {
+                        case 0: try await api.send("GET", "/v1/logs", device: device).status
+                        case 1: try await api.send("GET", "/v1/logs/\(id)", device: device).status
+                        case 2: try await api.send("PATCH", "/v1/logs/\(id)", device: device, json: #"{"bristolType":5}"#).status
+                        default: try await api.send("POST", "/v1/logs", device: device,
+                                                    json: #"{"occurredAt":"2026-11-20T09:00:00Z","bristolType":3}"#).status
+                        }
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.count == 80)
+            #expect(statuses.allSatisfy { (200...201).contains($0) }, "\(statuses.filter { $0 >= 300 })")
+        }
+    }
+
+    @Test func aHeldLockGivesA503TimeoutWhileLivenessAndReadinessStayFast() async throws {
+        try await TestDatabase.withAPI(poolSize: 2, configure: { $0.timeouts = RequestTimeouts(statement: .seconds(1), lock: .milliseconds(500)) }) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let lock = try await db.inAnotherSession(holdingFor: 6) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let started = ContinuousClock.now
+            async let upload = api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            try await Task.sleep(for: .milliseconds(100))
+            let live = ContinuousClock.now
+            #expect(try await api.send("GET", "/healthz").status == 200)
+            #expect(ContinuousClock.now - live < .milliseconds(1500))  // not the seconds the lock is held
+            #expect(try await api.send("GET", "/readyz").status == 200)
+            let reply = try await upload
+            #expect(reply.status == 503)
+            #expect(reply.errorCode == "timeout")
+            #expect(reply.header("Retry-After") != nil)
+            #expect(ContinuousClock.now - started < .seconds(4))  // not the 6 s the lock is held
+            // Nothing of ours waits on the server, though the lock is still held.
+            let waiting = try await db.withConnection { conn in
+                try conn.query("""
+                    SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'
+                    """)[0].decode(0, as: Int.self)
+            }
+            #expect(waiting == 0)
+            try await lock.value
+            let list = try await api.send("GET", "/v1/logs", device: device)
+            #expect((list.json?["items"] as? [Any])?.isEmpty == true)  // the timed-out write did not happen
+        }
+    }
+
+    @Test func aFullPoolIsA503BusyNotDatabaseUnavailable() async throws {
+        try await TestDatabase.withAPI(poolSize: 1, configure: {
+            $0.acquireTimeout = .milliseconds(300)
+            $0.timeouts = RequestTimeouts(statement: .seconds(5), lock: .seconds(5))
+        }) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let lock = try await db.inAnotherSession(holdingFor: 2) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            async let blocked = api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            try await Task.sleep(for: .milliseconds(200))
+            let busy = try await api.send("GET", "/v1/device", device: device)
+            #expect(busy.status == 503)
+            #expect(busy.errorCode == "busy")
+            #expect(busy.header("Retry-After") != nil)
+            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await blocked.status == 201)
+            try await lock.value
+        }
+    }
+
+    @Test func readinessFailsWhenTheDatabaseIsGoneAndLivenessDoesNot() async throws {
+        let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: "postgresql://nobody@127.0.0.1:1/none", connectTimeoutSeconds: 2))
+        let ready = try await api.send("GET", "/readyz")
+        #expect(ready.status == 503)
+        #expect(ready.errorCode == "database_unavailable")
+        #expect(try await api.send("GET", "/healthz").status == 200)
+        await api.stop()
+    }
+}

@@ -1,0 +1,254 @@
+import Foundation
+@testable import PostgresClient
+
+import Testing
+import TestSupport
+
+/// What production does to a connection: online schema changes, session resets, cancelled tasks, borrowers
+/// that leave state behind, servers configured differently from what decoding assumes.
+@Suite("Robust connections")
+struct RobustConnectionTests {
+    @Test func anOnlineColumnTypeChangeFailsNoStatementOnAPooledConnection() async throws {
+        try await TestDatabase.with { db in
+            try await db.withConnection { try $0.executeScript("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 7)") }
+            let pool = db.pool(size: 1)
+            for _ in 0..<3 { _ = try await pool.withConnection { try $0.query("SELECT v FROM t WHERE id = \(1)") } }
+            try await db.withConnection { try $0.executeScript("ALTER TABLE t ALTER COLUMN v TYPE bigint") }
+            for _ in 0..<5 {
+                let value = try await pool.withConnection { try $0.query("SELECT v FROM t WHERE id = \(1)")[0].decode(0, as: Int64.self) }
+                #expect(value == 7)
+            }
+            // A transaction of several round trips sees the failure as retryable, never as a name collision.
+            try await db.withConnection { try $0.executeScript("ALTER TABLE t ALTER COLUMN v TYPE numeric") }
+            let error = await #expect(throws: PostgresClientError.self) {
+                try await pool.withConnection { conn in try conn.transaction { try $0.query("SELECT v FROM t WHERE id = \(1)") } }
+            }
+            #expect(error?.kind == .statementInvalidated)
+            let again = try await pool.withConnection { conn in
+                try conn.transaction { try $0.query("SELECT v::int FROM t WHERE id = \(1)")[0].decode(0, as: Int.self) }
+            }
+            #expect(again == 7)
+            await pool.close()
+        }
+    }
+
+    @Test func deallocateAllThenThreeDifferentStatementsEachGetTheirOwnResult() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let statements: [PostgresQuery] = ["SELECT 'a' || \("1")", "SELECT 'b' || \("2")", "SELECT 'c' || \("3")"]
+            for query in statements { _ = try await pool.withConnection { try $0.query(query) } }
+            try await pool.withConnection { try $0.executeScript("DEALLOCATE ALL") }
+            var answers: [String] = []
+            for query in statements { answers.append(try await pool.withConnection { try $0.query(query)[0].decode(0, as: String.self) }) }
+            #expect(answers == ["a1", "b2", "c3"])
+            // And again, from a cache rebuilt after the reset: names are never reused, so nothing collides (42P05).
+            for query in statements.reversed() { _ = try await pool.withConnection { try $0.query(query) } }
+            await pool.close()
+        }
+    }
+
+    @Test func throughPgBouncerAColumnTypeChangeFailsNothing() async throws {
+        try await TestDatabase.with { db in
+            let bouncer = try db.throughPgBouncer
+            try await db.withConnection { try $0.executeScript("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 7)") }
+            let pool = bouncer.pool(size: 2)
+            for _ in 0..<3 { _ = try await pool.withConnection { try $0.query("SELECT v FROM t WHERE id = \(1)") } }
+            try await db.withConnection { try $0.executeScript("ALTER TABLE t ALTER COLUMN v TYPE bigint") }
+            for _ in 0..<5 {
+                let value = try await pool.withConnection { try $0.query("SELECT v FROM t WHERE id = \(1)")[0].decode(0, as: Int64.self) }
+                #expect(value == 7)
+            }
+            await pool.close()
+        }
+    }
+
+    @Test func theStatementCacheIsBoundedOnBothSides() async throws {
+        try await TestDatabase.with { db in
+            var configuration = db.configuration
+            configuration.statementCacheCapacity = 8
+            let pool = ConnectionPool(configuration: .init(connection: configuration, maxConnections: 1))
+            for number in 0..<30 { _ = try await pool.withConnection { try $0.query(PostgresQuery(unsafeSQL: "SELECT \(number)")) } }
+            let (cached, prepared) = try await pool.withConnection { conn in
+                (conn.cachedStatementCount, try conn.query("SELECT count(*) FROM pg_prepared_statements")[0].decode(0, as: Int.self))
+            }
+            #expect(cached <= 8)
+            #expect(prepared <= 9)  // the cache, plus the count query itself
+            await pool.close()
+        }
+    }
+
+    @Test func cancellingTheTaskCancelsTheStatementOnTheServer() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let started = ContinuousClock.now
+            let task = Task { try await pool.withConnection { try $0.query("SELECT pg_sleep(30)") } }
+            try await Task.sleep(for: .milliseconds(300))
+            task.cancel()
+            await #expect(throws: (any Error).self) { try await task.value }
+            #expect(ContinuousClock.now - started < .seconds(15))  // not the 30 s the statement asked for
+            // Nothing keeps sleeping on the server.
+            let deadline = ContinuousClock.now + .seconds(5)
+            var sleeping = 1
+            while sleeping > 0, ContinuousClock.now < deadline {
+                sleeping = try await db.withConnection { conn in
+                    try conn.query("""
+                        SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND state = 'active' AND query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()
+                        """)[0].decode(0, as: Int.self)
+                }
+                if sleeping > 0 { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(sleeping == 0)
+            // The pool still works.
+            #expect(try await pool.withConnection { try $0.query("SELECT 1")[0].decode(0, as: Int.self) } == 1)
+            await pool.close()
+        }
+    }
+
+    @Test func sessionStateDoesNotReachTheNextBorrower() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let first = try await pool.withConnection { conn in
+                try conn.executeScript("SET work_mem = '1234kB'")
+                try conn.query("SELECT pg_advisory_lock(4242)")
+                try conn.executeScript("CREATE TEMP TABLE leftover (x int)")
+                try conn.query("SELECT set_config('app.device_id', 'someone', false)")
+                return conn.serverProcessID
+            }
+            let (second, workMem, locks, temp, device) = try await pool.withConnection { conn in
+                (conn.serverProcessID,
+                 try conn.query("SELECT current_setting('work_mem')")[0].decode(0, as: String.self),
+                 try conn.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")[0].decode(0, as: Int.self),
+                 try conn.query("SELECT to_regclass('pg_temp.leftover') IS NOT NULL")[0].decode(0, as: Bool.self),
+                 try conn.query("SELECT coalesce(current_setting('app.device_id', true), '')")[0].decode(0, as: String.self))
+            }
+            #expect(second == first)  // reset, not replaced
+            #expect(workMem != "1234kB")
+            #expect(locks == 0)
+            #expect(!temp)
+            #expect(device.isEmpty)
+            // A borrower that used only transaction-local settings costs no reset round trip.
+            let trips = try await pool.withConnection { conn in
+                try conn.pipeline(["BEGIN", "SELECT set_config('app.device_id', \("x"), true)", "COMMIT"])
+                return conn.roundTrips
+            }
+            #expect(try await pool.withConnection { $0.roundTrips } == trips)
+            await pool.close()
+        }
+    }
+
+    @Test func dateStyleTimeZoneAndEncodingArePinnedWhateverTheServerSays() async throws {
+        try await TestDatabase.with { db in
+            try await db.withConnection { conn in
+                try conn.executeScript("""
+                    ALTER DATABASE \(db.name) SET DateStyle = 'SQL, DMY';
+                    ALTER DATABASE \(db.name) SET TimeZone = 'Asia/Kolkata';
+                    ALTER DATABASE \(db.name) SET IntervalStyle = 'sql_standard'
+                    """)
+            }
+            var viaOptions = db.configuration
+            // A connection string that replaces our startup options: the settings are fixed after connecting.
+            viaOptions.connectionString = (viaOptions.connectionString ?? "") + (viaOptions.connectionString?.contains("?") == true ? "&" : "?")
+                + "options=-c%20DateStyle%3DGerman"
+            for configuration in [db.configuration, viaOptions] {
+                let pool = ConnectionPool(configuration: .init(connection: configuration, maxConnections: 1))
+                let (style, zone, encoding, instant, day) = try await pool.withConnection { conn in
+                    let row = try conn.query("""
+                        SELECT current_setting('DateStyle'), current_setting('TimeZone'), current_setting('client_encoding'),
+                               '2026-11-23 10:00:00.25+00'::timestamptz, '2026-11-23'::date
+                        """)[0]
+                    return (try row.decode(0, as: String.self), try row.decode(1, as: String.self), try row.decode(2, as: String.self),
+                            try row.decode(3, as: Date.self), try row.decode(4, as: CalendarDate.self))
+                }
+                #expect(style.hasPrefix("ISO"))
+                #expect(zone == "UTC")
+                #expect(encoding == "UTF8")
+                #expect(instant == Date(timeIntervalSince1970: 1_795_428_000.25))
+                #expect(day == CalendarDate(year: 2026, month: 11, day: 23))
+                await pool.close()
+            }
+        }
+    }
+
+    @Test func idleInTransactionSessionsAreEndedByTheServer() async throws {
+        try await TestDatabase.with { db in
+            let value = try await db.withConnection { conn in
+                try conn.query("SELECT current_setting('idle_in_transaction_session_timeout')")[0].decode(0, as: String.self)
+            }
+            #expect(value == "1min")
+        }
+    }
+
+    @Test func closeNeverHangsWhileBorrowersComeAndGo() async throws {
+        try await TestDatabase.with { db in
+            let clock = ContinuousClock.now
+            for _ in 0..<40 {
+                let pool = db.pool(size: 2, acquireTimeout: .seconds(2))
+                let borrowers = Task {
+                    await withTaskGroup(of: Void.self) { group in
+                        for _ in 0..<6 { group.addTask { _ = try? await pool.withConnection { try $0.query("SELECT 1") } } }
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...5)))
+                await pool.close()
+                await borrowers.value
+                #expect(pool.statistics.inUse == 0)
+            }
+            #expect(ContinuousClock.now - clock < .seconds(60))
+        }
+    }
+
+    @Test func connectionsOlderThanTheLifetimeAreReplaced() async throws {
+        try await TestDatabase.with { db in
+            let pool = ConnectionPool(configuration: .init(connection: db.configuration, maxConnections: 1,
+                                                           maxConnectionLifetime: .seconds(3)))
+            let first = try await pool.withConnection { $0.serverProcessID }
+            #expect(try await pool.withConnection { $0.serverProcessID } == first)
+            try await Task.sleep(for: .milliseconds(3100))
+            #expect(try await pool.withConnection { $0.serverProcessID } != first)
+            await pool.close()
+        }
+    }
+
+    @Test func aPoolOfZeroIsAPoolOfOneNotACrash() {
+        let pool = ConnectionPool(configuration: .init(connection: .init(), maxConnections: 0))
+        #expect(pool.configuration.maxConnections == 1)
+    }
+}
+
+@Suite("Dates at the edges")
+struct ExtremeDateTests {
+    /// Seconds since 1970, not `Date`s: Foundation's own `Date.description` traps on some of these, and the test
+    /// library describes its arguments.
+    static let extremes: [Double] = [
+        1e300, -1e300, .nan, .infinity, -.infinity, Double(Int64.max), Double(Int64.min),
+        253_402_300_800,  // year 10000
+        -62_135_596_801,  // 1 second before year 1
+    ]
+
+    @Test(arguments: extremes)
+    func theEncoderThrowsInsteadOfTrapping(seconds: Double) {
+        let date = Date(timeIntervalSince1970: seconds)
+        #expect(throws: PostgresClientError.self) { try date.postgresText() }
+        #expect(date.microsecondsSince1970 == nil)
+    }
+
+    @Test func theEdgesThemselvesRoundTrip() throws {
+        for date in [Date(timeIntervalSince1970: -62_135_596_800), Date(timeIntervalSince1970: 253_402_300_799), Date.distantFuture] {
+            let text = try #require(try date.postgresText())
+            let parsed = try #require(PostgresDate.parse(text), "\(text)")
+            #expect(abs(parsed.timeIntervalSince1970 - date.timeIntervalSince1970) < 0.000_001)
+        }
+    }
+
+    @Test(arguments: ["294276-12-31 23:59:59.999999+00", "99999-01-01 00:00:00+00", "0000-01-01 00:00:00+00",
+                      "9999-12-31 23:59:59.999999-14:59:59", "infinity", "-infinity", "2026-01-01 00:00:00+99:99:99"])
+    func theDecoderRefusesWhatItCannotHold(text: String) {
+        #expect(PostgresDate.parse(text) == nil)
+    }
+
+    @Test(arguments: [Int64.max, Int64.min, -1, 0, 253_402_300_799_999_999, 253_402_300_800_000_000])
+    func microsecondsConvertOnlyInRange(micros: Int64) {
+        let date = Date(microsecondsSince1970: micros)
+        #expect((date != nil) == Date.representableMicroseconds.contains(micros))
+    }
+}
