@@ -9,11 +9,10 @@ BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 run: build
 	@scripts/run.sh "$(BIN)"
 
-## make test: start PostgreSQL and PgBouncer, build, run every test
+## make test: start PostgreSQL 15 and 18 (each with PgBouncer), build once, run every test on each
+## (with DATABASE_URL set: once, against it)
 test:
-	@url="$$(scripts/db.sh start)" && bouncer="$$(scripts/db.sh pgbouncer)" && \
-	  export DATABASE_URL="$$url" PGBOUNCER_URL="$$bouncer" && \
-	  $(SWIFT) test --disable-xctest
+	@SWIFT="$(SWIFT)" scripts/test.sh
 
 ## make bench: our data layer and API beside pgbench on the same SQL (release build; updates bench/README.md)
 bench:
@@ -31,9 +30,10 @@ status: build
 db-start:
 	@scripts/db.sh start
 
+## make db-stop: stop both throw-away servers (the system's and PostgreSQL 18)
 db-stop:
-	@scripts/db.sh stop
+	@scripts/db.sh stop; POOPYPALS_PG_VERSION=18 scripts/db.sh stop
 
-## make db-reset: stop the throw-away PostgreSQL and delete its data
+## make db-reset: stop both throw-away servers and delete their data
 db-reset:
-	@scripts/db.sh reset
+	@scripts/db.sh reset; POOPYPALS_PG_VERSION=18 scripts/db.sh reset

