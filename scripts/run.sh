@@ -8,6 +8,7 @@ url=$(scripts/db.sh start)
 export DATABASE_URL=$url
 "$bin" migrate
 port=${PORT:-8080}
+metrics_port=${POOPYPALS_METRICS_PORT:-9464}
 device=$(cat /proc/sys/kernel/random/uuid 2>/dev/null || uuidgen | tr 'A-Z' 'a-z')
 now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 base="http://127.0.0.1:$port"
@@ -19,8 +20,8 @@ PoopyPals API on $base (dev mode: a JWT secret is generated into .dev/jwt-secret
   curl -s -X POST $base/v1/logs -H 'X-Device-ID: $device' -H 'Content-Type: application/json' -d '{"occurredAt":"$now","bristolType":4,"notes":"after coffee"}'
   curl -s $base/v1/logs -H 'X-Device-ID: $device'
   curl -s -X PUT $base/v1/profile -H 'X-Device-ID: $device' -H "Authorization: Bearer \$($bin dev-token --email you@example.com)"
-  curl -s $base/healthz; curl -s $base/metrics | head
+  curl -s $base/healthz; curl -s $base/readyz; curl -s http://127.0.0.1:$metrics_port/metrics | head
 
 Stop with Ctrl-C.
 TXT
-exec "$bin" serve --dev --port "$port"
+exec "$bin" serve --dev --port "$port" --metrics-port "$metrics_port"

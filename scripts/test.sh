@@ -17,19 +17,22 @@ major_version() {
   return 0
 }
 
-labels=() urls=() bouncers=()
+labels=() urls=() bouncers=() superusers=()
 if [ -n "${DATABASE_URL:-}" ]; then
   version=$(major_version "$DATABASE_URL")
   labels+=("PostgreSQL ${version:-?} (DATABASE_URL)") urls+=("$DATABASE_URL") bouncers+=("${PGBOUNCER_URL:-}")
+  superusers+=("${POOPYPALS_TEST_SUPERUSER_URL:-}")
 else
   url=$(scripts/db.sh start); bouncer=$(scripts/db.sh pgbouncer)
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
+  superusers+=("$(scripts/db.sh superuser-url)")
   if [ "$system_version" = 18 ]; then
     echo "test: the system PostgreSQL is already 18; no second cluster" >&2
   else
     url=$(POOPYPALS_PG_VERSION=18 scripts/db.sh start); bouncer=$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer)
     labels+=("PostgreSQL 18") urls+=("$url") bouncers+=("$bouncer")
+    superusers+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh superuser-url)")
   fi
 fi
 
@@ -39,7 +42,7 @@ failed=()
 for i in "${!labels[@]}"; do
   echo
   echo "== ${labels[$i]} =="
-  if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} "$SWIFT" test --skip-build --disable-xctest; then
+  if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} "$SWIFT" test --skip-build --disable-xctest; then
     failed+=("${labels[$i]}")
   fi
 done

@@ -116,7 +116,7 @@ public final class Database: Sendable {
                 else { throw underlying }
                 let delay = retryPolicy.delay(afterAttempt: number)
                 logger.warning("retrying idempotent work", metadata: [
-                    "attempt": "\(number)", "delay_ms": "\(delay.milliseconds)",
+                    "request_id": "\(RequestTrace.id ?? "-")", "attempt": "\(number)", "delay_ms": "\(delay.milliseconds)",
                     "reason": "\(PostgresError.find(in: underlying)?.sqlState.rawValue ?? "connection")",
                 ])
                 retries.increment()

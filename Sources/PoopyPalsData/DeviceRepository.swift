@@ -38,21 +38,4 @@ public struct DeviceRepository: Sendable {
             try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first.map(Device.init(row:))
         }
     }
-
-    /// Links the calling device to a user.
-    /// - Throws: `RepositoryError.deviceNotRegistered` or `.userNotFound`.
-    public func link(toUser userID: UUID, as device: DeviceID) async throws -> Device {
-        do {
-            return try await database.asDevice(device, idempotent: true) { tx in
-                guard let row = try tx.finalQuery("""
-                    UPDATE devices SET user_id = \(userID), last_seen_at = now() WHERE id = \(device.uuid)
-                    RETURNING \(unescaped: Device.columns)
-                    """).first
-                else { throw RepositoryError.deviceNotRegistered }
-                return try Device(row: row)
-            }
-        } catch SQLState.foreignKeyViolation {
-            throw RepositoryError.userNotFound
-        }
-    }
 }

@@ -20,6 +20,8 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
     case deviceNotRegistered
     /// The user to link does not exist.
     case userNotFound
+    /// Another account (another token subject) already holds this email; nothing about it is revealed.
+    case emailInUse
     /// A conflicting row exists but this transaction's snapshot cannot see it (REPEATABLE READ or stricter);
     /// retry the transaction.
     case conflictNotVisible
@@ -29,6 +31,7 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
         case .logIDInUse: return "a log with this id already exists with different content"
         case .deviceNotRegistered: return "this device is not registered; register it first"
         case .userNotFound: return "no such user"
+        case .emailInUse: return "this email address belongs to another account"
         case .conflictNotVisible: return "a concurrent change conflicts with this transaction; retry it"
         }
     }

@@ -11,7 +11,8 @@ public struct User: Sendable, Equatable, Codable {
     public let createdAt: Date
     public let updatedAt: Date
 
-    static let columns = "id, email, full_name, role, date_of_birth, created_at, updated_at"
+    /// A legacy row may have no role: it reads as the default, never as a decoding failure.
+    static let columns = "id, email, full_name, coalesce(role, 'student') AS role, date_of_birth, created_at, updated_at"
 
     init(row: Row) throws {
         id = try row.decode("id")

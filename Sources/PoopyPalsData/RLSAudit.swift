@@ -21,11 +21,51 @@ public struct RLSAudit: Sendable {
         }
     }
 
-    /// The policies every device table must have, by command.
-    public static let requiredPolicies: [(name: String, command: String)] = [
-        ("Devices can read own data", "r"), ("Devices can insert own data", "a"),
-        ("Devices can update own data", "w"), ("Devices can delete own data", "d"),
-    ]
+    /// One policy as it must be: command, roles (empty = PUBLIC), and its expressions after normalisation.
+    public struct ExpectedPolicy: Sendable {
+        public let name: String
+        /// `r` select, `a` insert, `w` update, `d` delete (`pg_policy.polcmd`).
+        public let command: String
+        public let roles: [String]
+        public let using: String?
+        public let check: String?
+    }
+
+    /// The device key of a row, compared with the transaction's device.
+    static let currentDevice = "( SELECT get_current_device_id() AS get_current_device_id)"
+
+    /// The four policies of a table keyed on `column` (`device_id`, or `id` for `devices`), for every role.
+    public static func devicePolicies(column: String) -> [ExpectedPolicy] {
+        let own = "(\(column) = \(currentDevice))"
+        return [
+            ExpectedPolicy(name: "Devices can read own data", command: "r", roles: [], using: own, check: nil),
+            ExpectedPolicy(name: "Devices can insert own data", command: "a", roles: [], using: nil, check: own),
+            ExpectedPolicy(name: "Devices can update own data", command: "w", roles: [], using: own, check: own),
+            ExpectedPolicy(name: "Devices can delete own data", command: "d", roles: [], using: own, check: nil),
+        ]
+    }
+
+    /// `users` (sql/0008): a device reads and updates the user it is linked to; the profile function's role
+    /// reads, creates and updates profiles; nobody deletes.
+    public static let userPolicies: [ExpectedPolicy] = {
+        let linked = "(id = ( SELECT d.user_id FROM devices d WHERE (d.id = \(currentDevice))))"
+        let profiles = "(CURRENT_USER = 'poopypals_profiles'::name)"
+        return [
+            ExpectedPolicy(name: "Devices can read own user", command: "r", roles: [Database.serviceRole], using: linked, check: nil),
+            ExpectedPolicy(name: "Devices can update own user", command: "w", roles: [Database.serviceRole], using: linked, check: linked),
+            ExpectedPolicy(name: "Profiles can read users", command: "r", roles: ["poopypals_profiles"], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can create users", command: "a", roles: ["poopypals_profiles"], using: nil, check: profiles),
+            ExpectedPolicy(name: "Profiles can update users", command: "w", roles: ["poopypals_profiles"], using: profiles, check: profiles),
+        ]
+    }()
+
+    /// Whitespace collapsed, none just inside parentheses: how two printings of one expression are compared.
+    static func normalized(_ expression: String?) -> String? {
+        guard let expression, !expression.isEmpty else { return nil }
+        var text = expression.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+        text = text.replacingOccurrences(of: "( ", with: "(").replacingOccurrences(of: " )", with: ")")
+        return text
+    }
 
     public let serviceRole: String
 
@@ -38,17 +78,26 @@ public struct RLSAudit: Sendable {
         var checks: [Check] = []
         func record(_ name: String, _ problem: String?) { checks.append(Check(check: name, ok: problem == nil, problem: problem)) }
 
+        // Policies bind nobody who logs in as a superuser or with BYPASSRLS, FORCEd or not.
+        let login = try connection.query("SELECT current_user::text AS name, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")[0]
+        let loginName: String = try login.decode("name")
+        record("the login role \(loginName) is not a superuser", try login.decode("rolsuper", as: Bool.self)
+               ? "it is a superuser: row-level security is bypassed on every table; log in as a non-superuser owner" : nil)
+        record("the login role \(loginName) has no BYPASSRLS", try login.decode("rolbypassrls", as: Bool.self)
+               ? "it has BYPASSRLS: row-level security is bypassed on every table" : nil)
+
         let tables = try connection.query("""
-            SELECT c.oid::regclass::text AS name, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner) AS owner
+            SELECT c.oid::regclass::text AS name, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner) AS owner,
+                   c.relname = 'devices' AS keyed_by_id, c.relname = 'users' AS is_users
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
               AND pg_table_is_visible(c.oid)
-              AND (c.relname = 'devices' OR EXISTS (
+              AND (c.relname IN ('devices', 'users') OR EXISTS (
                   SELECT FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'device_id' AND NOT a.attisdropped))
             ORDER BY 1
             """)
-        if !tables.contains(where: { (try? $0.decode("name", as: String.self)) == "devices" }) {
-            record("table devices exists", "there is no devices table")
+        for required in ["devices", "users"] where !tables.contains(where: { (try? $0.decode("name", as: String.self)) == required }) {
+            record("table \(required) exists", "there is no \(required) table")
         }
         for table in tables {
             let name: String = try table.decode("name")
@@ -57,30 +106,43 @@ public struct RLSAudit: Sendable {
                    ? nil : "row-level security is not forced (the table owner bypasses it)")
             record("\(name): not owned by \(serviceRole)", try table.decode("owner", as: String.self) == serviceRole
                    ? "owned by the service role, which therefore bypasses unforced policies" : nil)
+            let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies
+                : Self.devicePolicies(column: try table.decode("keyed_by_id", as: Bool.self) ? "id" : "device_id")
             let policies = try connection.query("""
-                SELECT polname, polcmd::text AS command,
-                       coalesce(pg_get_expr(polqual, polrelid), '') || ' ' || coalesce(pg_get_expr(polwithcheck, polrelid), '') AS expressions,
-                       polpermissive
+                SELECT polname, polcmd::text AS command, polpermissive,
+                       pg_get_expr(polqual, polrelid) AS using_expression, pg_get_expr(polwithcheck, polrelid) AS check_expression,
+                       coalesce((SELECT string_agg(rolname::text, ',' ORDER BY rolname) FROM pg_roles WHERE oid = ANY(polroles)), '') AS roles
                 FROM pg_policy WHERE polrelid = \(name)::regclass
                 """)
-            for required in Self.requiredPolicies {
-                let match = policies.first { (try? $0.decode("polname", as: String.self)) == required.name }
-                guard let match else {
-                    record("\(name): policy \"\(required.name)\"", "missing")
+            for policy in expected {
+                let name = "\(name): policy \"\(policy.name)\""
+                guard let match = policies.first(where: { (try? $0.decode("polname", as: String.self)) == policy.name }) else {
+                    record(name, "missing")
                     continue
                 }
-                let command: String = try match.decode("command")
-                let expressions: String = try match.decode("expressions")
-                let problem: String? = command != required.command
-                    ? "applies to the wrong command"
-                    : expressions.contains("get_current_device_id()") ? nil : "does not compare with get_current_device_id()"
-                record("\(name): policy \"\(required.name)\"", problem)
+                let roles = try match.decode("roles", as: String.self).split(separator: ",").map(String.init)
+                let using = Self.normalized(try match.decode("using_expression"))
+                let check = Self.normalized(try match.decode("check_expression"))
+                let problem: String? = if try match.decode("command", as: String.self) != policy.command {
+                    "applies to the wrong command"
+                } else if !(try match.decode("polpermissive", as: Bool.self)) {
+                    "is restrictive, expected permissive"
+                } else if roles != policy.roles.sorted() {
+                    "applies to \(roles.isEmpty ? "PUBLIC" : roles.joined(separator: ", ")), expected \(policy.roles.isEmpty ? "PUBLIC" : policy.roles.joined(separator: ", "))"
+                } else if using != Self.normalized(policy.using) {
+                    "USING is \(using ?? "absent"), expected \(Self.normalized(policy.using) ?? "absent")"
+                } else if check != Self.normalized(policy.check) {
+                    "WITH CHECK is \(check ?? "absent"), expected \(Self.normalized(policy.check) ?? "absent")"
+                } else {
+                    nil
+                }
+                record(name, problem)
             }
-            let required = Set(Self.requiredPolicies.map(\.name))
+            let known = Set(expected.map(\.name))
             var permissiveOthers: [String] = []
             for policy in policies {
                 let policyName: String = try policy.decode("polname")
-                if !required.contains(policyName), try policy.decode("polpermissive", as: Bool.self) { permissiveOthers.append(policyName) }
+                if !known.contains(policyName), try policy.decode("polpermissive", as: Bool.self) { permissiveOthers.append(policyName) }
             }
             record("\(name): no other permissive policies", permissiveOthers.isEmpty ? nil : "also allows rows by: \(permissiveOthers.joined(separator: ", "))")
         }

@@ -3,15 +3,31 @@ import Logging
 import Metrics
 import PostgresClient
 
-/// Profiles, created idempotently: calling `ensureProfile` twice, or two hundred times at once, yields one
-/// row and success every time.
+/// A field of a profile update: left as it is (absent from the request), set, or cleared (`null`).
+public enum FieldUpdate<Value: Sendable & Equatable>: Sendable, Equatable {
+    case unchanged
+    case set(Value)
+    case clear
+
+    var isSet: Bool { if case .unchanged = self { false } else { true } }
+    var value: Value? { if case .set(let value) = self { value } else { nil } }
+}
+
+/// Profiles, bound to the token's subject and created idempotently: calling `ensureProfile` twice, or two
+/// hundred times at once for one subject, yields one row and success every time.
+///
+/// `users` is under row-level security: a device sees only the user it is linked to. Creating or finding a
+/// profile needs to look at every user (is the subject known, is the email taken), so it goes through the
+/// database function `poopypals_ensure_profile`, which runs as a role of its own and answers only about the
+/// calling subject.
 public struct UserRepository: Sendable {
     public enum Outcome: String, Sendable {
-        /// The check found the user.
+        /// The subject's user existed.
         case existed
         /// This call inserted it.
         case created
-        /// The insert lost a race (SQLSTATE 23505 on the email or the id): the existing row was returned.
+        /// A concurrent call for the same subject inserted it first (SQLSTATE 23505 on the key or the email):
+        /// the existing row was returned.
         case conflictTreatedAsSuccess
     }
 
@@ -19,9 +35,6 @@ public struct UserRepository: Sendable {
         public let user: User
         public let outcome: Outcome
     }
-
-    /// The unique constraints whose violation means "this profile already exists".
-    static let profileConstraints: Set<String> = ["users_email_unique", "users_pkey"]
 
     let database: Database
     private let logger = Logger(label: "poopypals.repo.users")
@@ -31,96 +44,101 @@ public struct UserRepository: Sendable {
         self.database = database
     }
 
-    /// Returns the canonical user for `id` / `email`, creating it if neither is known.
-    ///
-    /// Runs its own transactions: the check commits on its own (it only reads), so an existing user costs one
-    /// round trip and a new one two.
-    /// - Throws: `InvalidField` before anything is sent; `PostgresError` for any failure other than the
-    ///   email/id conflict (including a 23505 on another constraint).
+    /// Creates or finds the profile of subject `id`, applies `fullName` / `dateOfBirth`, and links the calling
+    /// device to it: one transaction, one round trip. A failure (an unregistered device, say) leaves nothing.
+    /// - Throws: `InvalidField` before anything is sent; `RepositoryError.emailInUse` when another account
+    ///   holds the email (nothing about it is revealed); `RepositoryError.deviceNotRegistered`.
     public func ensureProfile(
-        as device: DeviceID, id: UUID, email: String, fullName: String? = nil, dateOfBirth: CalendarDate? = nil
+        as device: DeviceID, id: UUID, email: String,
+        fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
     ) async throws -> Profile {
         let input = try ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)
-        log(.debug, "ensureProfile started", input)
+        let requestID = RequestTrace.id  // task-local: read here, the work runs on the connection's thread
         do {
-            if let user = try await database.asDevice(device, { tx in try Self.find(input, in: tx, final: true) }) {
-                return finish(.existed, user, input)
-            }
-            do {
-                let user = try await database.asDevice(device) { tx in try User(row: tx.finalQuery(input.insert)[0]) }
-                return finish(.created, user, input)
-            } catch where Self.isProfileConflict(error) {
-                guard let user = try await database.asDevice(device, { tx in try Self.find(input, in: tx, final: true) }) else {
-                    throw RepositoryError.conflictNotVisible
-                }
-                return finish(.conflictTreatedAsSuccess, user, input)
+            return try await database.asDevice(device, idempotent: true) { tx in
+                try self.ensure(input, in: tx, final: true, requestID: requestID)
             }
         } catch {
-            log(.error, "ensureProfile failed", input, error: error)
+            log(.error, "ensureProfile failed", input, requestID: requestID, error: error)
             throw error
         }
     }
 
-    /// The user with this id, else with this email (as `ensureProfile` would find it); nil when neither exists.
-    /// - Throws: `InvalidField` for a malformed email.
-    public func find(id: UUID, email: String, as device: DeviceID) async throws -> User? {
-        let input = try ProfileInput(id: id, email: email, fullName: nil, dateOfBirth: nil)
-        return try await database.asDevice(device, idempotent: true) { tx in try Self.find(input, in: tx, final: true) }
-    }
-
-    /// The same, inside the caller's transaction. The insert runs under a savepoint, so a 23505 never aborts
-    /// the caller's transaction.
-    /// - Throws: as `ensureProfile(as:…)`; `RepositoryError.conflictNotVisible` when the caller's snapshot
-    ///   (REPEATABLE READ or stricter) cannot see the row that won the race.
+    /// The same, inside the caller's transaction (which then holds the device link too).
+    /// - Throws: as `ensureProfile(as:…)`.
     public func ensureProfile(
-        in tx: DeviceTransaction, id: UUID, email: String, fullName: String? = nil, dateOfBirth: CalendarDate? = nil
+        in tx: DeviceTransaction, id: UUID, email: String,
+        fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
     ) throws -> Profile {
         let input = try ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)
-        log(.debug, "ensureProfile started", input)
+        return try ensure(input, in: tx, final: false, requestID: RequestTrace.id)
+    }
+
+    /// `ensureProfile`, then the calling device as linked, in the same transaction (two round trips).
+    /// - Throws: as `ensureProfile(as:…)`.
+    public func ensureProfileAndLink(
+        as device: DeviceID, id: UUID, email: String,
+        fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
+    ) async throws -> (profile: Profile, device: Device) {
+        let input = try ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)
+        let requestID = RequestTrace.id
         do {
-            if let user = try Self.find(input, in: tx, final: false) { return finish(.existed, user, input) }
-            do {
-                let user = try tx.savepoint { tx in try User(row: tx.query(input.insert)[0]) }
-                return finish(.created, user, input)
-            } catch where Self.isProfileConflict(error) {
-                guard let user = try Self.find(input, in: tx, final: false) else { throw RepositoryError.conflictNotVisible }
-                return finish(.conflictTreatedAsSuccess, user, input)
+            return try await database.asDevice(device, idempotent: true) { tx in
+                let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
+                guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first else {
+                    throw RepositoryError.deviceNotRegistered
+                }
+                return (profile, try Device(row: row))
             }
         } catch {
-            log(.error, "ensureProfile failed", input, error: error)
+            log(.error, "ensureProfile failed", input, requestID: requestID, error: error)
             throw error
         }
     }
 
-    /// The user with this id, else the one with this email.
-    private static func find(_ input: ProfileInput, in tx: DeviceTransaction, final: Bool) throws -> User? {
+    /// The calling device's user if it is subject `id`; nil when the device is linked to no user or another one.
+    public func find(id: UUID, as device: DeviceID) async throws -> User? {
+        try await database.asDevice(device, idempotent: true) { tx in
+            try tx.finalQuery("SELECT \(unescaped: User.columns) FROM users WHERE id = \(id)").first.map(User.init(row:))
+        }
+    }
+
+    private func ensure(_ input: ProfileInput, in tx: DeviceTransaction, final: Bool, requestID: String?) throws -> Profile {
+        func log(_ level: Logger.Level, _ message: Logger.Message) { self.log(level, message, input, requestID: requestID) }
+        log(.debug, "ensureProfile started")
         let query: PostgresQuery = """
-            SELECT \(unescaped: User.columns) FROM users WHERE id = \(input.id) OR email = \(input.email.normalized)
-            ORDER BY (id = \(input.id)) DESC LIMIT 1
+            SELECT * FROM poopypals_ensure_profile(\(input.id), \(input.email.normalized), \(input.fullName.isSet), \(input.fullName.value),
+                                                   \(input.dateOfBirth.isSet), \(input.dateOfBirth.value))
             """
-        let rows = final ? try tx.finalQuery(query) : try tx.query(query)
-        return try rows.first.map(User.init(row:))
-    }
-
-    static func isProfileConflict(_ error: any Error) -> Bool {
-        guard let error = PostgresError.find(in: error), error.sqlState == .uniqueViolation else { return false }
-        return error.constraint.map(profileConstraints.contains) ?? false
-    }
-
-    private func finish(_ outcome: Outcome, _ user: User, _ input: ProfileInput) -> Profile {
+        let row: Row
+        do {
+            row = try (final ? tx.finalQuery(query) : tx.query(query))[0]
+        } catch SQLState.noDataFound {
+            throw RepositoryError.deviceNotRegistered
+        }
+        let outcome: Outcome
+        switch try row.decode("outcome", as: String.self) {
+        case "existed": outcome = .existed
+        case "created": outcome = .created
+        case "conflict": outcome = .conflictTreatedAsSuccess
+        default:
+            log(.notice, "profile refused: the email belongs to another account")
+            throw RepositoryError.emailInUse
+        }
+        let user = try User(row: row)
         switch outcome {
-        case .existed: log(.debug, "profile existed", input)
-        case .created: log(.info, "profile created", input)
+        case .existed: log(.debug, "profile existed")
+        case .created: log(.info, "profile created")
         case .conflictTreatedAsSuccess:
             conflicts.increment()
-            log(.notice, "profile conflict treated as success", input)
+            log(.notice, "profile conflict treated as success")
         }
-        if user.id != input.id { log(.warning, "profile found by email under another id", input) }
         return Profile(user: user, outcome: outcome)
     }
 
-    private func log(_ level: Logger.Level, _ message: Logger.Message, _ input: ProfileInput, error: (any Error)? = nil) {
+    private func log(_ level: Logger.Level, _ message: Logger.Message, _ input: ProfileInput, requestID: String?, error: (any Error)? = nil) {
         var metadata: Logger.Metadata = ["user": "\(redacted(input.id))", "email": "\(input.email.redacted)"]
+        if let requestID { metadata["request_id"] = "\(requestID)" }
         if let error { metadata["error"] = "\(error)" }
         logger.log(level: level, message, metadata: metadata)
     }
@@ -130,29 +148,25 @@ public struct UserRepository: Sendable {
 struct ProfileInput: Sendable {
     let id: UUID
     let email: Email
-    let fullName: String?
-    let dateOfBirth: CalendarDate?
+    let fullName: FieldUpdate<String>
+    let dateOfBirth: FieldUpdate<CalendarDate>
 
-    init(id: UUID, email: String, fullName: String?, dateOfBirth: CalendarDate?) throws(InvalidField) {
+    init(id: UUID, email: String, fullName: FieldUpdate<String>, dateOfBirth: FieldUpdate<CalendarDate>) throws(InvalidField) {
         self.id = id
         self.email = try Email(email)
-        let name = fullName?.trimmingCharacters(in: .whitespacesAndNewlines)
-        if let name, name.unicodeScalars.count > 200 { throw InvalidField("fullName", "is longer than 200 characters") }
-        self.fullName = name?.isEmpty == true ? nil : name
-        if let dateOfBirth {
+        if case .set(let raw) = fullName {
+            let name = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+            if name.unicodeScalars.count > 200 { throw InvalidField("fullName", "is longer than 200 characters") }
+            self.fullName = name.isEmpty ? .clear : .set(name)
+        } else {
+            self.fullName = fullName
+        }
+        if case .set(let dateOfBirth) = dateOfBirth {
             let today = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: Date())
             let limit = CalendarDate(year: today.year!, month: today.month!, day: today.day!)!
             guard dateOfBirth <= limit else { throw InvalidField("dateOfBirth", "is in the future") }
             guard dateOfBirth.year >= 1900 else { throw InvalidField("dateOfBirth", "is before 1900") }
         }
         self.dateOfBirth = dateOfBirth
-    }
-
-    /// Role, timestamps and nothing else are left to the database: a caller cannot choose its role.
-    var insert: PostgresQuery {
-        """
-        INSERT INTO users (id, email, full_name, date_of_birth) VALUES (\(id), \(email.normalized), \(fullName), \(dateOfBirth))
-        RETURNING \(unescaped: User.columns)
-        """
     }
 }

@@ -47,6 +47,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .logIDInUse: return APIError(.conflict, "log_id_in_use", error.description)
             case .deviceNotRegistered: return APIError(.conflict, "device_not_registered", "register this device first (PUT /v1/device)")
             case .userNotFound: return .notFound
+            case .emailInUse: return APIError(.conflict, "email_in_use", "this email address belongs to another account")
             case .conflictNotVisible: return APIError(.conflict, "retry", error.description)
             }
         case let error as TransactionError: return from(error.underlying)

@@ -40,7 +40,6 @@ struct APIRoutes: Sendable {
         router.get("/v1/profile", use: getProfile)
         router.get("/healthz", use: health)
         router.get("/readyz", use: ready)
-        router.get("/metrics", use: prometheus)
     }
 
     // MARK: Device
@@ -117,23 +116,26 @@ struct APIRoutes: Sendable {
 
     // MARK: Profile
 
-    /// Ensures the profile of the token's user (idempotent: a 23505 means it exists) and links this device.
+    /// Creates or updates the profile of the token's subject and links this device to it, in one transaction.
+    /// `fullName` / `dateOfBirth` absent from the body stay as they are; `null` clears them. An email that
+    /// belongs to another account is a 409 that reveals nothing about it.
     @Sendable func putProfile(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
         let identity = try await tokens.verify(authorization: request.headers[.authorization])
         let body = try await JSONBody.read(request, context: context, allowed: ["fullName", "dateOfBirth"],
                                            serverOwned: ["id", "email", "role", "createdAt", "updatedAt", "userId"])
-        let profile = try await users.ensureProfile(as: device, id: identity.userID, email: identity.email,
-                                                    fullName: try body.string("fullName"), dateOfBirth: try body.date("dateOfBirth"))
-        let linked = try await devices.link(toUser: profile.user.id, as: device)
+        let fullName = try body.update("fullName", body.string)
+        let dateOfBirth = try body.update("dateOfBirth", body.date)
+        let (profile, linked) = try await users.ensureProfileAndLink(as: device, id: identity.userID, email: identity.email,
+                                                                     fullName: fullName, dateOfBirth: dateOfBirth)
         return try JSONResponse.make(.ok, ProfileBody(user: UserBody(profile.user), device: DeviceBody(linked)))
     }
 
     @Sendable func getProfile(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
         let identity = try await tokens.verify(authorization: request.headers[.authorization])
-        guard let user = try await users.find(id: identity.userID, email: identity.email, as: device) else {
-            throw APIError(.notFound, "not_found", "no profile yet; create it with PUT /v1/profile")
+        guard let user = try await users.find(id: identity.userID, as: device) else {
+            throw APIError(.notFound, "not_found", "no profile for this token on this device yet; create it with PUT /v1/profile")
         }
         return try JSONResponse.make(.ok, ProfileBody(user: UserBody(user), device: try await devices.current(as: device).map(DeviceBody.init)))
     }

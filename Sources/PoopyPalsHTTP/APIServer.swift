@@ -20,6 +20,11 @@ public struct APIConfiguration: Sendable {
     /// every client is answered and the process exits within 10 s.
     public var shutdownGrace: Duration = .seconds(6)
     public var jwtSecret: String
+    /// `AUTH_JWT_ISSUER` / `AUTH_JWT_AUDIENCE`.
+    public var tokenRequirements = TokenRequirements()
+    /// `/metrics` listens here, apart from the API (`POOPYPALS_METRICS_PORT`; 0 picks a free port).
+    public var metricsHost = "127.0.0.1"
+    public var metricsPort = 9464
     public var database: ConnectionConfiguration
 
     public init(jwtSecret: String, database: ConnectionConfiguration) {
@@ -46,33 +51,61 @@ struct APIPools: Sendable {
     }
 }
 
-/// Builds the HTTP application (tests call this too). `onListening` receives the bound port, useful with port 0.
+/// Builds the HTTP application (tests call this too). `onListening` receives the bound port, useful with port 0;
+/// `onMetricsListening` the metrics listener's.
 /// - Throws: `ConfigurationError` for an unusable JWT secret.
 public func buildApplication(
     _ configuration: APIConfiguration, logger: Logger = Logger(label: "poopypals.http"),
-    onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    onListening: @escaping @Sendable (Int) async -> Void = { _ in },
+    onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
-    try await buildApplication(configuration, pools: APIPools(configuration), logger: logger, onListening: onListening)
+    try await buildApplication(configuration, pools: APIPools(configuration), logger: logger, onListening: onListening,
+                               onMetricsListening: onMetricsListening)
 }
 
 func buildApplication(
     _ configuration: APIConfiguration, pools: APIPools, logger: Logger,
-    onListening: @escaping @Sendable (Int) async -> Void
+    onListening: @escaping @Sendable (Int) async -> Void,
+    onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws -> some ApplicationProtocol {
+    // Before anything creates a metric: one made before the backend exists stays a no-op for good.
+    let registry = APIMetrics.registry
     let database = Database(pool: pools.requests, timeouts: configuration.timeouts)
-    let routes = APIRoutes(database: database, probe: pools.probe,
-                           tokens: try await TokenVerifier(secret: configuration.jwtSecret), metrics: APIMetrics.registry)
+    let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
+    let routes = APIRoutes(database: database, probe: pools.probe, tokens: tokens, metrics: registry)
     let router = Router(context: APIContext.self)
     router.middlewares.add(RequestLogMiddleware(logger: logger))
     router.middlewares.add(MetricsMiddleware<APIContext>())
     router.middlewares.add(ErrorMiddleware())
     routes.register(on: router)
+
+    // /metrics on a listener of its own (loopback by default): pool sizes and request counts are not for the public.
+    let metricsRouter = Router(context: APIContext.self)
+    metricsRouter.middlewares.add(ErrorMiddleware())
+    metricsRouter.get("/metrics", use: routes.prometheus)
+    let metrics = Application(
+        router: metricsRouter,
+        configuration: .init(address: .hostname(configuration.metricsHost, port: configuration.metricsPort), serverName: nil),
+        onServerRunning: { channel in await onMetricsListening(channel.localAddress?.port ?? configuration.metricsPort) },
+        logger: logger)
+    Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
     return Application(
         router: router,
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [PoolShutdown(pools: pools, logger: logger)],
+        services: [PoolShutdown(pools: pools, logger: logger), metrics],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
+}
+
+/// A login that is superuser or has BYPASSRLS ignores every policy, FORCEd or not: say so loudly at start.
+enum RLSBypassWarning {
+    static func check(_ pool: ConnectionPool, logger: Logger) async {
+        guard let bypasses = try? await pool.withConnection({ connection in
+            try connection.query("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+                .first?.decode(0, as: Bool.self)
+        }), bypasses == true else { return }
+        logger.warning("the database login is a superuser or has BYPASSRLS: row-level security does not protect anything; use a non-superuser owner (see README)")
+    }
 }
 
 /// Builds and runs the service until SIGTERM or SIGINT. Then: stop accepting, let in-flight requests run for
@@ -80,10 +113,12 @@ func buildApplication(
 /// pools, exit — within 10 seconds.
 /// - Throws: `ConfigurationError` before listening when the configuration is unusable.
 public func serve(
-    _ configuration: APIConfiguration, logger: Logger, onListening: @escaping @Sendable (Int) async -> Void
+    _ configuration: APIConfiguration, logger: Logger, onListening: @escaping @Sendable (Int) async -> Void,
+    onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws {
     let pools = APIPools(configuration)
-    let application = try await buildApplication(configuration, pools: pools, logger: logger, onListening: onListening)
+    let application = try await buildApplication(configuration, pools: pools, logger: logger, onListening: onListening,
+                                                 onMetricsListening: onMetricsListening)
     // Services shut down last first: the deadline starts its clock, then the server drains.
     var group = ServiceGroupConfiguration(
         services: [.init(service: application), .init(service: ShutdownDeadline(pools: pools, grace: configuration.shutdownGrace, logger: logger),

@@ -73,6 +73,14 @@ struct JSONBody {
         return date
     }
 
+    /// Absent: `.unchanged`; `null`: `.clear`; a value: `.set`, read with `read`.
+    func update<T>(_ key: String, _ read: (String) throws -> T?) throws -> FieldUpdate<T> {
+        guard object[key] != nil else { return .unchanged }
+        if isNull(key) { return .clear }
+        guard let value = try read(key) else { return .clear }
+        return .set(value)
+    }
+
     func required<T>(_ key: String, _ read: (String) throws -> T?) throws -> T {
         guard let value = try read(key) else { throw APIError.invalid(key, "is required") }
         return value

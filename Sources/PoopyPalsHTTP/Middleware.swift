@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import PoopyPalsData
 
 extension HTTPField.Name {
     static let requestID = HTTPField.Name("X-Request-ID")!
@@ -23,7 +24,8 @@ struct RequestLogMiddleware: RouterMiddleware {
         let started = ContinuousClock.now
         var response: Response
         do {
-            response = try await next(request, context)
+            // Data-layer log lines of this request carry its id too.
+            response = try await RequestTrace.$id.withValue(id) { try await next(request, context) }
         } catch {
             // The error middleware maps everything; this is a last resort that still answers in our format.
             response = try APIError.internalError.response(from: request, context: context)

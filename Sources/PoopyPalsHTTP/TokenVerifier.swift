@@ -2,14 +2,37 @@ import Foundation
 import JWTKit
 import PoopyPalsData
 
-/// Claims of the auth provider's tokens: `sub` (the user's uuid), `email`, `exp`.
+/// Claims of the auth provider's tokens: `sub` (the user's uuid), `email`, `exp`; `nbf`, `iss`, `aud` when
+/// present. Times are checked by `TokenVerifier` with its leeway, not here.
 struct ProfileClaims: JWTPayload {
     let sub: SubjectClaim
     let email: String
     let exp: ExpirationClaim
+    var nbf: NotBeforeClaim?
+    var iss: IssuerClaim?
+    var aud: AudienceClaim?
 
-    func verify(using algorithm: some JWTAlgorithm) throws {
-        try exp.verifyNotExpired()
+    func verify(using algorithm: some JWTAlgorithm) throws {}
+}
+
+/// What a token must say besides being signed with the secret.
+public struct TokenRequirements: Sendable, Equatable {
+    /// `AUTH_JWT_ISSUER`: when set, `iss` must equal it.
+    public var issuer: String?
+    /// `AUTH_JWT_AUDIENCE`: when set, `aud` must contain it.
+    public var audience: String?
+    /// Clock skew allowed on `exp` and `nbf`; at most 60 s.
+    public var leeway: Duration = .seconds(30)
+
+    public init(issuer: String? = nil, audience: String? = nil) {
+        self.issuer = issuer
+        self.audience = audience
+    }
+
+    /// `AUTH_JWT_ISSUER` and `AUTH_JWT_AUDIENCE`; empty counts as unset.
+    public static func fromEnvironment(_ environment: [String: String]) -> TokenRequirements {
+        TokenRequirements(issuer: environment["AUTH_JWT_ISSUER"].flatMap { $0.isEmpty ? nil : $0 },
+                          audience: environment["AUTH_JWT_AUDIENCE"].flatMap { $0.isEmpty ? nil : $0 })
     }
 }
 
@@ -28,12 +51,16 @@ public struct TokenVerifier: Sendable {
     public static let minimumSecretLength = 32
 
     private let keys: JWTKeyCollection
+    let requirements: TokenRequirements
 
     /// - Throws: `ConfigurationError` for a secret shorter than 32 characters.
-    public init(secret: String) async throws {
+    public init(secret: String, requirements: TokenRequirements = TokenRequirements()) async throws {
         guard secret.utf8.count >= Self.minimumSecretLength else {
             throw ConfigurationError("AUTH_JWT_SECRET must be at least \(Self.minimumSecretLength) characters")
         }
+        var requirements = requirements
+        requirements.leeway = min(max(requirements.leeway, .zero), .seconds(60))
+        self.requirements = requirements
         keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
     }
@@ -54,11 +81,10 @@ public struct TokenVerifier: Sendable {
         let claims: ProfileClaims
         do {
             claims = try await keys.verify(token, as: ProfileClaims.self)
-        } catch let error as JWTError where error.errorType == .claimVerificationFailure {
-            throw APIError.unauthorized("token_expired", "the token has expired")
         } catch {
             throw APIError.unauthorized("invalid_token", "the token could not be verified")
         }
+        try check(claims, now: Date())
         guard let id = UUID(uuidString: claims.sub.value) else {
             throw APIError.unauthorized("invalid_token", "the token's subject is not a user id")
         }
@@ -68,10 +94,33 @@ public struct TokenVerifier: Sendable {
         return VerifiedIdentity(userID: id, email: email.normalized)
     }
 
-    /// Mints a token (for `poopypals dev-token` and tests).
-    public func mint(userID: UUID, email: String, expiresIn: TimeInterval = 3600) async throws -> String {
-        try await keys.sign(ProfileClaims(sub: SubjectClaim(value: userID.uuidString.lowercased()), email: email,
-                                          exp: ExpirationClaim(value: Date().addingTimeInterval(expiresIn))))
+    /// Times with the leeway, then issuer and audience when they are required.
+    /// - Throws: `APIError` 401 `token_expired`, `token_not_yet_valid` or `invalid_token`.
+    func check(_ claims: ProfileClaims, now: Date) throws {
+        let leeway = Double(requirements.leeway.components.seconds)
+        guard claims.exp.value.timeIntervalSince(now) > -leeway else {
+            throw APIError.unauthorized("token_expired", "the token has expired")
+        }
+        if let nbf = claims.nbf, nbf.value.timeIntervalSince(now) > leeway {
+            throw APIError.unauthorized("token_not_yet_valid", "the token is not valid yet")
+        }
+        if let issuer = requirements.issuer, claims.iss?.value != issuer {
+            throw APIError.unauthorized("invalid_token", "the token was issued by someone else")
+        }
+        if let audience = requirements.audience, claims.aud?.value.contains(audience) != true {
+            throw APIError.unauthorized("invalid_token", "the token is meant for another audience")
+        }
+    }
+
+    /// Mints a token (for `poopypals dev-token` and tests), with the configured issuer and audience.
+    public func mint(userID: UUID, email: String, expiresIn: TimeInterval = 3600, notBefore: Date? = nil,
+                     issuer: String? = nil, audience: String? = nil) async throws -> String {
+        var claims = ProfileClaims(sub: SubjectClaim(value: userID.uuidString.lowercased()), email: email,
+                                   exp: ExpirationClaim(value: Date().addingTimeInterval(expiresIn)))
+        claims.nbf = notBefore.map(NotBeforeClaim.init(value:))
+        claims.iss = (issuer ?? requirements.issuer).map(IssuerClaim.init(value:))
+        claims.aud = (audience ?? requirements.audience).map { AudienceClaim(value: [$0]) }
+        return try await keys.sign(claims)
     }
 
     /// The `alg` of a compact JWS header, read without trusting anything else in it.

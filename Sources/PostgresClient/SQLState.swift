@@ -51,6 +51,8 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
     public static let syntaxError: SQLState = "42601"
     public static let insufficientPrivilege: SQLState = "42501"
     public static let duplicatePreparedStatement: SQLState = "42P05"
+    /// PL/pgSQL `no_data_found`, raised by our functions for "the thing you act on does not exist".
+    public static let noDataFound: SQLState = "P0002"
     public static let undefinedColumn: SQLState = "42703"
     public static let undefinedFunction: SQLState = "42883"
     public static let undefinedTable: SQLState = "42P01"

@@ -25,12 +25,16 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Database connections (default: $POOPYPALS_POOL_SIZE, else 10).")
     var poolSize: Int?
 
+    @Option(help: "Port of the /metrics listener on 127.0.0.1 (default: $POOPYPALS_METRICS_PORT, else 9464; 0 picks a free one).")
+    var metricsPort: Int?
+
     @Flag(help: "Development mode: without AUTH_JWT_SECRET, generate a secret into .dev/jwt-secret for `poopypals dev-token`.")
     var dev = false
 
     func validate() throws {
         if let port, !(0...65535).contains(port) { throw ValidationError("--port must be 0…65535") }
         if let poolSize, !(1...200).contains(poolSize) { throw ValidationError("--pool-size must be 1…200") }
+        if let metricsPort, !(0...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 0…65535") }
     }
 
     func run() async throws {
@@ -45,6 +49,11 @@ struct Serve: AsyncParsableCommand {
             fail("POOPYPALS_POOL_SIZE must be 1…200", status: .checkFailed)
         }
         configuration.poolSize = size
+        guard let metrics = metricsPort ?? Int(environment["POOPYPALS_METRICS_PORT"] ?? "9464"), (0...65535).contains(metrics) else {
+            fail("POOPYPALS_METRICS_PORT must be 0…65535", status: .checkFailed)
+        }
+        configuration.metricsPort = metrics
+        configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
         do {
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
         } catch {
@@ -52,10 +61,12 @@ struct Serve: AsyncParsableCommand {
         }
         let host = configuration.host
         do {
-            try await serve(configuration, logger: logger) { port in
+            try await serve(configuration, logger: logger, onListening: { port in
                 // Unbuffered, so that a supervisor or test reading the pipe sees it at once.
                 FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
-            }
+            }, onMetricsListening: { port in
+                FileHandle.standardOutput.write(Data("metrics on http://127.0.0.1:\(port)/metrics\n".utf8))
+            })
         } catch let error as ConfigurationError {
             fail("\(error)", status: .checkFailed)
         }
@@ -102,7 +113,7 @@ struct DevToken: AsyncParsableCommand {
         } else {
             fail("no AUTH_JWT_SECRET and no \(DevSecret.path): start `poopypals serve --dev` (or `make run`) first", status: .checkFailed)
         }
-        let verifier = try await TokenVerifier(secret: secret)
+        let verifier = try await TokenVerifier(secret: secret, requirements: .fromEnvironment(environment))
         print(try await verifier.mint(userID: sub.flatMap(UUID.init(uuidString:)) ?? UUID(), email: email, expiresIn: TimeInterval(expiresIn)))
     }
 }

@@ -22,16 +22,26 @@ struct DeviceAndLogRepositoryTests {
         }
     }
 
-    @Test func linkNeedsARegisteredDeviceAndAnExistingUser() async throws {
+    /// users.user_id decides which user a device reads (sql/0008): only the profile function sets it.
+    @Test func aDeviceCannotLinkItselfToAnotherUser() async throws {
         try await TestDatabase.withMigrated { db in
             let database = Database(pool: db.pool(size: 2))
             let devices = DeviceRepository(database: database)
-            let device = try DeviceID(UUID())
-            let user = try await UserRepository(database: database).ensureProfile(as: device, id: UUID(), email: "link@example.com").user
-            await #expect(throws: RepositoryError.deviceNotRegistered) { try await devices.link(toUser: user.id, as: device) }
-            _ = try await devices.register(DeviceInfo(), as: device)
-            await #expect(throws: RepositoryError.userNotFound) { try await devices.link(toUser: UUID(), as: device) }
-            #expect(try await devices.link(toUser: user.id, as: device).userID == user.id)
+            let (victim, attacker) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            _ = try await devices.register(DeviceInfo(), as: victim)
+            let user = try await UserRepository(database: database).ensureProfile(as: victim, id: UUID(), email: "link@example.com").user
+            #expect(try await devices.current(as: victim)?.userID == user.id)
+            for statement: PostgresQuery in [
+                "INSERT INTO devices (id, user_id) VALUES (\(attacker.uuid), \(user.id))",
+                "UPDATE devices SET user_id = \(user.id)",
+            ] {
+                if statement.sql.hasPrefix("UPDATE") { _ = try await devices.register(DeviceInfo(), as: attacker) }
+                let denied = await #expect(throws: PostgresError.self) {
+                    try await database.asDevice(attacker) { tx in try tx.finalQuery(statement) }
+                }
+                #expect(denied?.sqlState == .insufficientPrivilege)
+            }
+            #expect(try await devices.current(as: attacker)?.userID == nil)
         }
     }
 

@@ -88,7 +88,7 @@ struct LegacyAdoptionTests {
 
             // Every device points at an existing user; the ones that pointed at duplicates now point at the kept one.
             let devices = try await db.rolledBack { conn in
-                try conn.executeScript("BEGIN; ALTER TABLE devices NO FORCE ROW LEVEL SECURITY")
+                try conn.executeScript("BEGIN; ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
                 let dangling = try conn.query("""
                     SELECT count(*)::int FROM devices d LEFT JOIN users u ON u.id = d.user_id
                     WHERE d.user_id IS NOT NULL AND u.id IS NULL
@@ -97,8 +97,10 @@ struct LegacyAdoptionTests {
                 throw Rollback(values: [dangling, canonical])
             }
             #expect(devices == [0, 4])
-            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'chris@example.com'") == 1)
-            #expect(try await Self.cleanRows(db, clean) == cleanBefore)
+            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'chris@example.com'", as: "poopypals_profiles") == 1)
+            #expect(try await Self.cleanRows(db, clean, as: "poopypals_profiles") == cleanBefore)
+            // users is under forced row-level security now: its owner sees none of them.
+            #expect(try await Self.int(db, "SELECT count(*)::int FROM users") == 0)
         }
     }
 
@@ -129,11 +131,14 @@ struct LegacyAdoptionTests {
         #expect(Migrator.concurrentIndexName("CREATE INDEX t_idx ON t (v)") == nil)
     }
 
-    static func cleanRows(_ db: TestDatabase, _ ids: [UUID]) async throws -> [String] {
+    static func cleanRows(_ db: TestDatabase, _ ids: [UUID], as role: String? = nil) async throws -> [String] {
         try await db.withConnection { conn in
-            try ids.map { id in
-                let row = try conn.query("SELECT id::text || email || full_name || role FROM users WHERE id = \(id)")
-                return try row.first?.decode(0, as: String.self) ?? "missing"
+            try conn.transaction { conn in
+                if let role { try conn.query("SELECT set_config('role', \(role), true)") }
+                return try ids.map { id in
+                    let row = try conn.query("SELECT id::text || email || full_name || role FROM users WHERE id = \(id)")
+                    return try row.first?.decode(0, as: String.self) ?? "missing"
+                }
             }
         }
     }
@@ -142,8 +147,13 @@ struct LegacyAdoptionTests {
         try await db.withConnection { try $0.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Bool.self) }
     }
 
-    static func int(_ db: TestDatabase, _ sql: String) async throws -> Int {
-        try await db.withConnection { try $0.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Int.self) }
+    static func int(_ db: TestDatabase, _ sql: String, as role: String? = nil) async throws -> Int {
+        try await db.withConnection { conn in
+            try conn.transaction { conn in
+                if let role { try conn.query("SELECT set_config('role', \(role), true)") }
+                return try conn.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Int.self)
+            }
+        }
     }
 }
 
@@ -174,6 +184,86 @@ struct MonitorCommandTests {
             let failures = (document?["checks"] as? [[String: Any]])?.filter { $0["ok"] as? Bool == false }
             #expect(failures?.count == 1)
             #expect(failures?.first?["check"] as? String == "devices: policy \"Devices can delete own data\"")
+        }
+    }
+
+    /// The audit reads what protects, not whether the text mentions the function.
+    @Test(arguments: [
+        ("CREATE POLICY \"Devices can read own data\" ON poop_logs FOR SELECT USING (device_id = (SELECT get_current_device_id()) OR true)",
+         "poop_logs: policy \"Devices can read own data\"", "USING is"),
+        ("CREATE POLICY \"Devices can read own data\" ON poop_logs FOR SELECT TO poopypals_profiles USING (device_id = (SELECT get_current_device_id()))",
+         "poop_logs: policy \"Devices can read own data\"", "applies to poopypals_profiles"),
+        ("CREATE POLICY \"Devices can read own data\" ON poop_logs AS RESTRICTIVE FOR SELECT USING (device_id = (SELECT get_current_device_id()))",
+         "poop_logs: policy \"Devices can read own data\"", "restrictive"),
+    ])
+    func aPolicyThatDoesNotProtectFailsTheAudit(replacement: String, check: String, problem: String) async throws {
+        try await TestDatabase.withMigrated { db in
+            let report = try await db.withConnection { conn in
+                try conn.executeScript("DROP POLICY \"Devices can read own data\" ON poop_logs; \(replacement)")
+                return try RLSAudit().run(on: conn)
+            }
+            #expect(!report.ok)
+            let failure = report.checks.first { $0.check == check }
+            #expect(failure?.ok == false)
+            #expect(failure?.problem?.contains(problem) == true, "\(failure?.problem ?? "-")")
+        }
+    }
+
+    @Test func usersWithoutItsPoliciesOrWithAnOpenOneFailsTheAudit() async throws {
+        try await TestDatabase.withMigrated { db in
+            let report = try await db.withConnection { conn in
+                try conn.executeScript("""
+                    DROP POLICY "Devices can read own user" ON users;
+                    CREATE POLICY "Anyone can read users" ON users FOR SELECT USING (true)
+                    """)
+                return try RLSAudit().run(on: conn)
+            }
+            #expect(report.checks.contains { $0.check == "users: policy \"Devices can read own user\"" && $0.problem == "missing" })
+            #expect(report.checks.contains { $0.check == "users: no other permissive policies" && !$0.ok })
+        }
+    }
+
+    /// A superuser login bypasses every policy: the audit must fail however perfect the policies are.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["POOPYPALS_TEST_SUPERUSER_URL"]?.isEmpty == false,
+                   "needs POOPYPALS_TEST_SUPERUSER_URL (make test sets it for its own servers)"))
+    func aSuperuserLoginFailsTheAudit() async throws {
+        try await TestDatabase.withMigrated { db in
+            let url = try #require(ProcessInfo.processInfo.environment["POOPYPALS_TEST_SUPERUSER_URL"])
+            let superuser = ConnectionConfiguration(connectionString: url, database: db.name)
+            let pool = ConnectionPool(configuration: .init(connection: superuser, maxConnections: 1))
+            let report = try await pool.withConnection { try RLSAudit().run(on: $0) }
+            await pool.close()
+            #expect(!report.ok)
+            #expect(report.checks.contains { $0.check.hasSuffix("is not a superuser") && $0.check.hasPrefix("the login role") && !$0.ok })
+            let cli = try await TestProject.run(["monitor", "rls", "--database-url", url.replacingOccurrences(of: "/postgres?", with: "/\(db.name)?")])
+            #expect(cli.status == 1)
+            #expect(cli.stdout.contains("FAIL the login role postgres is not a superuser"))
+            // serve says so at start.
+            let process = Process()
+            process.executableURL = TestProject.binary
+            process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--database-url",
+                                 url.replacingOccurrences(of: "/postgres?", with: "/\(db.name)?")]
+            var environment = ProcessInfo.processInfo.environment
+            environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
+            environment["DATABASE_URL"] = nil
+            process.environment = environment
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let said = Locked("")
+            Thread {
+                while true {
+                    let data = errors.fileHandleForReading.availableData
+                    if data.isEmpty { break }
+                    said.withLock { $0 += String(decoding: data, as: UTF8.self) }
+                }
+            }.start()
+            let deadline = ContinuousClock.now + .seconds(15)
+            while !said.value.contains("BYPASSRLS"), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            process.terminate()
+            while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(said.value.contains("superuser or has BYPASSRLS"), "\(said.value)")
         }
     }
 

@@ -158,10 +158,10 @@ struct MigratorTests {
             try await db.withConnection { try $0.executeScript("CREATE TABLE busy (id int)") }
             var options = Migrator.Options()
             options.lockTimeout = .milliseconds(100)
-            options.lockRetries = 8
+            options.lockRetries = 12
             options.lockRetryBackoff = .milliseconds(100)
 
-            let holder = try await db.inAnotherSession(holdingFor: 1.5) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let holder = try await db.inAnotherSession(holdingFor: 3) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
             let applied = try await Self.migrate(db, files, options)
             #expect(applied.first?.attempts ?? 0 > 1)
@@ -169,7 +169,7 @@ struct MigratorTests {
 
             // With no retries left, the lock timeout surfaces as SQLSTATE 55P03 on the named file.
             options.lockRetries = 1
-            let holder2 = try await db.inAnotherSession(holdingFor: 1.0) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let holder2 = try await db.inAnotherSession(holdingFor: 4.0) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let more = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;", "0002_alter.sql": "ALTER TABLE busy ADD COLUMN more text;"])
             let frozen = options
             let error = await #expect(throws: MigrationError.self) {

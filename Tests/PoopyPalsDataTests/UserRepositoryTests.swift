@@ -6,96 +6,230 @@ import TestSupport
 
 @Suite("UserRepository.ensureProfile")
 struct UserRepositoryTests {
+    /// Users as the one role that sees them all (the owner sees none: row-level security is forced).
     static func userCount(_ db: TestDatabase) async throws -> Int {
-        try await db.withConnection { try $0.query("SELECT count(*)::int FROM users")[0].decode(0, as: Int.self) }
+        try await db.withConnection { conn in
+            try conn.transaction { conn in
+                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                return try conn.query("SELECT count(*)::int FROM users")[0].decode(0, as: Int.self)
+            }
+        }
+    }
+
+    /// A registered device: profiles are created for, and linked to, the calling device.
+    static func device(_ database: Database) async throws -> DeviceID {
+        let device = try DeviceID(UUID())
+        _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+        return device
     }
 
     @Test func twiceGivesOneRowTheSameIdAndSuccessBothTimes() async throws {
         try await TestDatabase.withMigrated { db in
-            let users = UserRepository(database: Database(pool: db.pool(size: 2)))
-            let (device, id) = (try DeviceID(UUID()), UUID())
-            let first = try await users.ensureProfile(as: device, id: id, email: "  Chris@Example.COM ", fullName: "Chris")
+            let database = Database(pool: db.pool(size: 2))
+            let users = UserRepository(database: database)
+            let (device, id) = (try await Self.device(database), UUID())
+            let first = try await users.ensureProfile(as: device, id: id, email: "  Chris@Example.COM ", fullName: .set("Chris"))
             let second = try await users.ensureProfile(as: device, id: id, email: "chris@example.com")
             #expect(first.outcome == .created)
             #expect(second.outcome == .existed)
             #expect(first.user.id == id && second.user.id == id)
             #expect(first.user.email == "chris@example.com")
             #expect(first.user.role == "student")
-            #expect(try await Self.userCount(db) == 1)
+            #expect(second.user.fullName == "Chris")  // absent: left as it is
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == 1)
         }
     }
 
-    @Test func twoHundredConcurrentCallsWithOneEmailInMixedCaseYieldOneUser() async throws {
+    @Test func twoHundredConcurrentCallsForOneSubjectInMixedCaseYieldOneUser() async throws {
         try await TestDatabase.withMigrated { db in
-            let users = UserRepository(database: Database(pool: db.pool(size: 8)))
+            let database = Database(pool: db.pool(size: 8))
+            let users = UserRepository(database: database)
             let spellings = ["sam@example.com", "SAM@example.com", " Sam@Example.com", "sam@EXAMPLE.COM\t", "\nsAm@example.com "]
-            // Different ids too: the sister app's bug was one person becoming many users.
+            var devices: [DeviceID] = []
+            for _ in 0..<20 { devices.append(try await Self.device(database)) }
+            let subject = UUID()
+            let frozen = devices
             let profiles = try await withThrowingTaskGroup(of: UserRepository.Profile.self) { group in
                 for index in 0..<200 {
                     group.addTask {
-                        try await users.ensureProfile(as: DeviceID(UUID()), id: UUID(), email: spellings[index % spellings.count])
+                        try await users.ensureProfile(as: frozen[index % frozen.count], id: subject, email: spellings[index % spellings.count])
                     }
                 }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(profiles.count == 200)
-            #expect(Set(profiles.map(\.user.id)).count == 1)
+            #expect(Set(profiles.map(\.user.id)) == [subject])
             #expect(profiles.filter { $0.outcome == .created }.count == 1)
-            #expect(try await Self.userCount(db) == 1)
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == 1)
         }
     }
 
-    @Test func aConflictInsideAnOpenTransactionLeavesItUsable() async throws {
+    /// The account-takeover hole: a token of another subject with the same email gets nothing of the first.
+    @Test func anotherSubjectWithTheSameEmailIsRefusedAndLearnsNothing() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 2))
+            let database = Database(pool: db.pool(size: 8))
             let users = UserRepository(database: database)
-            let (id, device) = (UUID(), UUID())
-            try await Seed.device(database, device)
-            // Another session inserts the same email and commits only after our check has looked.
-            let winner = try await db.inAnotherSession(holdingFor: 0.5) { conn in
-                try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), 'race@example.com')")
+            let owner = try await Self.device(database)
+            _ = try await users.ensureProfile(as: owner, id: UUID(), email: "victim@example.com", fullName: .set("Victim"),
+                                              dateOfBirth: .set(CalendarDate(year: 1990, month: 1, day: 2)!))
+            let attacker = try await Self.device(database)
+            for spelling in ["victim@example.com", " VICTIM@example.com", "Victim@Example.COM\n"] {
+                await #expect(throws: RepositoryError.emailInUse) {
+                    try await users.ensureProfile(as: attacker, id: UUID(), email: spelling)
+                }
             }
-            let (outcome, afterwards) = try await database.asDevice(DeviceID(device)) { tx in
+            // Nothing linked, nothing readable.
+            let visible = try await database.asDevice(attacker) { tx in try tx.finalQuery("SELECT count(*) FROM users")[0].decode(0, as: Int.self) }
+            #expect(visible == 0)
+            let linked = try await DeviceRepository(database: database).current(as: attacker)
+            #expect(linked?.userID == nil)
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == 1)
+            // Racing subjects for one email: exactly one wins, the rest are refused.
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for _ in 0..<20 {
+                    group.addTask { (try? await users.ensureProfile(as: attacker, id: UUID(), email: "race@example.com")) != nil }
+                }
+                return await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 }.count == 1)
+        }
+    }
+
+    @Test func aRaceWithTheSameSubjectInsideAnOpenTransactionIsSuccess() async throws {
+        try await TestDatabase.withMigrated { db in
+            // The insert waits for the other session's commit: give it more than the default 2 s lock timeout.
+            let database = Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(10), lock: .seconds(10)))
+            let users = UserRepository(database: database)
+            let id = UUID()
+            let device = try await Self.device(database)
+            // Another session inserts the same subject and commits only after our check has looked.
+            let winner = try await db.inAnotherSession(holdingFor: 3) { conn in
+                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                try conn.execute("INSERT INTO users (id, email) VALUES (\(id), 'race@example.com')")
+            }
+            let (outcome, afterwards) = try await database.asDevice(device) { tx in
                 let profile = try users.ensureProfile(in: tx, id: id, email: "Race@Example.com")
                 // The transaction is still healthy: it can go on and commit.
-                let linked = try tx.execute("UPDATE devices SET user_id = \(profile.user.id) WHERE id = \(device)")
-                return (profile.outcome, linked)
+                let visible = try tx.query("SELECT count(*) FROM users")[0].decode(0, as: Int.self)
+                return (profile.outcome, visible)
             }
             try await winner.value
             #expect(outcome == .conflictTreatedAsSuccess)
             #expect(afterwards == 1)
-            let linked = try await Seed.ids(database, as: device, "SELECT user_id FROM devices")
-            #expect(linked.count == 1)
-            #expect(try await Self.userCount(db) == 1)
+            #expect(try await DeviceRepository(database: database).current(as: device)?.userID == id)
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == 1)
         }
     }
 
     @Test func aUniqueViolationOnAnotherConstraintIsNotSwallowed() async throws {
         try await TestDatabase.withMigrated { db in
             try await db.withConnection { try $0.executeScript("ALTER TABLE users ADD CONSTRAINT users_full_name_key UNIQUE (full_name)") }
-            let users = UserRepository(database: Database(pool: db.pool(size: 2)))
-            let device = try DeviceID(UUID())
-            _ = try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", fullName: "Sam Sample")
+            let database = Database(pool: db.pool(size: 2))
+            let users = UserRepository(database: database)
+            let device = try await Self.device(database)
+            _ = try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", fullName: .set("Sam Sample"))
             let error = await #expect(throws: PostgresError.self) {
-                try await users.ensureProfile(as: device, id: UUID(), email: "b@example.com", fullName: "Sam Sample")
+                try await users.ensureProfile(as: device, id: UUID(), email: "b@example.com", fullName: .set("Sam Sample"))
             }
             #expect(error?.sqlState == .uniqueViolation)
             #expect(error?.constraint == "users_full_name_key")
-            #expect(try await Self.userCount(db) == 1)
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == 1)
         }
     }
 
-    @Test func anExistingUserCostsOneRoundTripAndANewOneTwo() async throws {
+    @Test func aProfileCostsOneRoundTripNewOrNot() async throws {
         try await TestDatabase.withMigrated { db in
             let database = Database(pool: db.pool(size: 1))
             let users = UserRepository(database: database)
-            let device = try DeviceID(UUID())
+            let device = try await Self.device(database)
+            let id = UUID()
             var before = try await database.pool.withConnection { $0.roundTrips }
-            _ = try await users.ensureProfile(as: device, id: UUID(), email: "new@example.com")
-            #expect(try await database.pool.withConnection { $0.roundTrips } - before == 2)
-            before = try await database.pool.withConnection { $0.roundTrips }
-            _ = try await users.ensureProfile(as: device, id: UUID(), email: "new@example.com")
+            _ = try await users.ensureProfile(as: device, id: id, email: "new@example.com")
             #expect(try await database.pool.withConnection { $0.roundTrips } - before == 1)
+            before = try await database.pool.withConnection { $0.roundTrips }
+            _ = try await users.ensureProfile(as: device, id: id, email: "new@example.com")
+            #expect(try await database.pool.withConnection { $0.roundTrips } - before == 1)
+        }
+    }
+
+    @Test func aProfileIsUpdatedFieldByField() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let users = UserRepository(database: database)
+            let device = try await Self.device(database)
+            let id = UUID()
+            let birthday = CalendarDate(year: 1990, month: 5, day: 6)!
+            _ = try await users.ensureProfile(as: device, id: id, email: "p@example.com", fullName: .set("Old"), dateOfBirth: .set(birthday))
+            let renamed = try await users.ensureProfile(as: device, id: id, email: "p@example.com", fullName: .set("New"))
+            #expect(renamed.user.fullName == "New" && renamed.user.dateOfBirth == birthday)
+            let cleared = try await users.ensureProfile(as: device, id: id, email: "p@example.com", dateOfBirth: .clear)
+            #expect(cleared.user.fullName == "New" && cleared.user.dateOfBirth == nil)
+            #expect(try await users.find(id: id, as: device)?.fullName == "New")
+        }
+    }
+
+    @Test func anUnregisteredDeviceLeavesNoUserBehind() async throws {
+        try await TestDatabase.withMigrated { db in
+            let users = UserRepository(database: Database(pool: db.pool(size: 2)))
+            await #expect(throws: RepositoryError.deviceNotRegistered) {
+                try await users.ensureProfile(as: DeviceID(UUID()), id: UUID(), email: "ghost@example.com", fullName: .set("Ghost"))
+            }
+            let count = try await Self.userCount(db)
+            #expect(count == 0)
+        }
+    }
+
+    @Test func aDeviceSeesAndChangesOnlyTheUserItIsLinkedTo() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let users = UserRepository(database: database)
+            let linked = try await Self.device(database)
+            let other = try await Self.device(database)
+            let unlinked = try await Self.device(database)
+            _ = try await users.ensureProfile(as: linked, id: UUID(), email: "one@example.com")
+            _ = try await users.ensureProfile(as: other, id: UUID(), email: "two@example.com")
+            func visible(_ device: DeviceID) async throws -> [String] {
+                try await database.asDevice(device) { tx in try tx.finalQuery("SELECT email FROM users ORDER BY 1").map { try $0.decode(0, as: String.self) } }
+            }
+            #expect(try await visible(linked) == ["one@example.com"])
+            #expect(try await visible(unlinked) == [])
+            let renamed = try await database.asDevice(linked) { tx in try tx.finalQuery("UPDATE users SET full_name = 'x'").rowsAffected }
+            #expect(renamed == 1)
+            let none = try await database.asDevice(unlinked) { tx in try tx.finalQuery("UPDATE users SET full_name = 'x'").rowsAffected }
+            #expect(none == 0)
+            // The profile function is the only way in, and it runs as its own role.
+            let direct = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(unlinked) { tx in try tx.finalQuery("INSERT INTO users (id, email) VALUES (\(UUID()), 'z@example.com')") }
+            }
+            #expect(direct?.sqlState == .insufficientPrivilege)
+        }
+    }
+
+    @Test func aLegacyUserWithoutARoleStillHasAProfile() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try await Self.device(database)
+            let id = UUID()
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.executeScript("ALTER TABLE users ALTER COLUMN role DROP NOT NULL")
+                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.execute("INSERT INTO users (id, email) VALUES (\(id), 'legacy@example.com')")
+                    try conn.query("SELECT set_config('role', 'none', true)")
+                    try conn.executeScript("ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
+                    try conn.execute("UPDATE users SET role = NULL WHERE id = \(id)")
+                    try conn.executeScript("ALTER TABLE users FORCE ROW LEVEL SECURITY")
+                }
+            }
+            let profile = try await UserRepository(database: database).ensureProfile(as: device, id: id, email: "legacy@example.com")
+            #expect(profile.outcome == .existed)
+            #expect(profile.user.role == "student")
+            #expect(try await UserRepository(database: database).find(id: id, as: device)?.role == "student")
         }
     }
 
@@ -118,36 +252,45 @@ struct UserRepositoryTests {
         let users = UserRepository(database: Database(pool: ConnectionPool(configuration: .init(connection: .init(connectionString: "postgresql://nobody@127.0.0.1:1/x")))))
         let device = try DeviceID(UUID())
         let longName = await #expect(throws: InvalidField.self) {
-            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", fullName: String(repeating: "n", count: 201))
+            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", fullName: .set(String(repeating: "n", count: 201)))
         }
         #expect(longName?.field == "fullName")
         let future = await #expect(throws: InvalidField.self) {
-            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", dateOfBirth: CalendarDate(year: 2999, month: 1, day: 1))
+            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", dateOfBirth: .set(CalendarDate(year: 2999, month: 1, day: 1)!))
         }
         #expect(future?.field == "dateOfBirth")
         let ancient = await #expect(throws: InvalidField.self) {
-            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", dateOfBirth: CalendarDate(year: 1850, month: 1, day: 1))
+            try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", dateOfBirth: .set(CalendarDate(year: 1850, month: 1, day: 1)!))
         }
         #expect(ancient?.field == "dateOfBirth")
     }
 
     @Test func theDatabaseItselfRefusesNonNormalisedEmailsAndRoleChangesByTheService() async throws {
         try await TestDatabase.withMigrated { db in
-            let check = await #expect(throws: PostgresError.self) {
-                try await db.withConnection { try $0.execute("INSERT INTO users (id, email) VALUES (\(UUID()), 'Chris@Example.com')") }
+            for (email, constraint) in [("Chris@Example.com", "users_email_normalized"), ("x@y.com\t", "users_email_no_space"),
+                                        ("a\u{0B}b@example.com", "users_email_no_space")] {
+                let check = await #expect(throws: PostgresError.self) {
+                    try await db.withConnection { conn in
+                        try conn.transaction { conn in
+                            try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                            try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), \(email))")
+                        }
+                    }
+                }
+                #expect(check?.sqlState == .checkViolation)
+                #expect(check?.constraint == constraint)
             }
-            #expect(check?.sqlState == .checkViolation)
-            #expect(check?.constraint == "users_email_normalized")
 
             let database = Database(pool: db.pool(size: 1))
-            let profile = try await UserRepository(database: database).ensureProfile(as: DeviceID(UUID()), id: UUID(), email: "me@example.com")
+            let device = try await Self.device(database)
+            let profile = try await UserRepository(database: database).ensureProfile(as: device, id: UUID(), email: "me@example.com")
             for statement: PostgresQuery in [
                 "UPDATE users SET role = 'admin' WHERE id = \(profile.user.id)",
                 "UPDATE users SET email = 'other@example.com' WHERE id = \(profile.user.id)",
                 "INSERT INTO users (id, email, role) VALUES (\(UUID()), 'x@example.com', 'admin')",
             ] {
                 let denied = await #expect(throws: PostgresError.self) {
-                    try await database.asDevice(DeviceID(UUID())) { tx in try tx.finalQuery(statement) }
+                    try await database.asDevice(device) { tx in try tx.finalQuery(statement) }
                 }
                 #expect(denied?.sqlState == .insufficientPrivilege)
             }

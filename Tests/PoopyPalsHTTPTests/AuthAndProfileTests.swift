@@ -36,9 +36,8 @@ struct AuthAndProfileTests {
             }
             #expect(statuses.allSatisfy { $0.0 == 200 })
             #expect(Set(statuses.compactMap(\.1)) == [user.uuidString.lowercased()])
-            let users = try await db.withConnection { try $0.query("SELECT count(*)::int, min(email) FROM users")[0] }
-            #expect(try users.decode(0, as: Int.self) == 1)
-            #expect(try users.decode(1, as: String.self) == "chris@example.com")
+            let users = try await Self.users(db)
+            #expect(users == ["chris@example.com"])
 
             let profile = try await api.send("GET", "/v1/profile", device: devices[0], token: token)
             #expect(profile.status == 200)
@@ -49,7 +48,7 @@ struct AuthAndProfileTests {
     }
 
     @Test func theProfileNeverTakesIdentityOrRoleFromTheBody() async throws {
-        try await TestDatabase.withAPI { api, _ in
+        try await TestDatabase.withAPI { api, _db in
             let device = UUID()
             _ = try await api.send("PUT", "/v1/device", device: device)
             let token = try await api.token(email: "me@example.com")
@@ -58,9 +57,93 @@ struct AuthAndProfileTests {
                 #expect(reply.status == 400)
                 #expect(reply.errorCode == "invalid_field")
             }
-            let unregistered = try await api.send("PUT", "/v1/profile", device: UUID(), token: token)
+            let unregistered = try await api.send("PUT", "/v1/profile", device: UUID(), token: try await api.token(email: "ghost@example.com"),
+                                                  json: #"{"fullName":"Ghost"}"#)
             #expect(unregistered.status == 409)
             #expect(unregistered.errorCode == "device_not_registered")
+            #expect(try await Self.users(_db) == [])  // the failed call left no user behind
+        }
+    }
+
+    /// Emails of all users, read as the one role that sees them all (the owner sees none: RLS is forced).
+    static func users(_ db: TestDatabase) async throws -> [String] {
+        try await db.withConnection { conn in
+            try conn.transaction { conn in
+                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                return try conn.query("SELECT email FROM users ORDER BY 1").map { try $0.decode(0, as: String.self) }
+            }
+        }
+    }
+
+    /// The account takeover: a token of an unknown subject whose email matches an existing user.
+    @Test func aSecondSubjectWithTheSameEmailGets409AndNoneOfTheFirstsData() async throws {
+        try await TestDatabase.withAPI { api, db in
+            let (victimDevice, attackerDevice) = (UUID(), UUID())
+            _ = try await api.send("PUT", "/v1/device", device: victimDevice)
+            _ = try await api.send("PUT", "/v1/device", device: attackerDevice)
+            let victim = try await api.send("PUT", "/v1/profile", device: victimDevice, token: try await api.token(email: "victim@example.com"),
+                                            json: #"{"fullName":"Vicky Victim","dateOfBirth":"1990-01-02"}"#)
+            #expect(victim.status == 200)
+            for spelling in ["victim@example.com", "VICTIM@Example.com", " victim@example.com "] {
+                let token = try await api.token(email: spelling)
+                let put = try await api.send("PUT", "/v1/profile", device: attackerDevice, token: token)
+                #expect(put.status == 409)
+                #expect(put.errorCode == "email_in_use")
+                #expect(!put.text.contains("Vicky") && !put.text.contains("1990"))
+                #expect(try await api.send("GET", "/v1/profile", device: attackerDevice, token: token).status == 404)
+            }
+            let device = try await api.send("GET", "/v1/device", device: attackerDevice)
+            #expect(device.json?["userId"] == nil || device.json?["userId"] is NSNull)
+            #expect(try await Self.users(db) == ["victim@example.com"])
+        }
+    }
+
+    @Test func aProfileIsCreatedThenUpdatedFieldByField() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            _ = try await api.send("PUT", "/v1/device", device: device)
+            let token = try await api.token(email: "p@example.com")
+            func user(_ json: String?) async throws -> [String: Any]? {
+                let reply = try await api.send("PUT", "/v1/profile", device: device, token: token, json: json)
+                #expect(reply.status == 200, "\(reply.text)")
+                return reply.json?["user"] as? [String: Any]
+            }
+            var current = try await user(#"{"fullName":"First","dateOfBirth":"1991-02-03"}"#)
+            #expect(current?["fullName"] as? String == "First")
+            current = try await user(#"{"fullName":"Second"}"#)
+            #expect(current?["fullName"] as? String == "Second" && current?["dateOfBirth"] as? String == "1991-02-03")
+            current = try await user(nil)
+            #expect(current?["fullName"] as? String == "Second")
+            current = try await user(#"{"dateOfBirth":null}"#)
+            #expect(current?["fullName"] as? String == "Second" && (current?["dateOfBirth"] == nil || current?["dateOfBirth"] is NSNull))
+            let read = try await api.send("GET", "/v1/profile", device: device, token: token)
+            #expect((read.json?["user"] as? [String: Any])?["fullName"] as? String == "Second")
+        }
+    }
+
+    @Test func notBeforeIssuerAndAudienceAreChecked() async throws {
+        try await TestDatabase.withAPI(configure: { $0.tokenRequirements = TokenRequirements(issuer: "https://auth.example", audience: "poopypals") }) { api, _ in
+            let device = UUID()
+            _ = try await api.send("PUT", "/v1/device", device: device)
+            let user = UUID()
+            let cases: [(String, Int, String?)] = [
+                (try await api.token(user: user, notBefore: Date().addingTimeInterval(600), issuer: "https://auth.example", audience: "poopypals"), 401, "token_not_yet_valid"),
+                (try await api.token(user: user, issuer: "https://auth.example", audience: "someone-else"), 401, "invalid_token"),
+                (try await api.token(user: user, issuer: "https://evil.example", audience: "poopypals"), 401, "invalid_token"),
+                (try await api.token(user: user, expiresIn: -10, issuer: "https://auth.example", audience: "poopypals"), 200, nil),  // within the leeway
+                (try await api.token(user: user, notBefore: Date().addingTimeInterval(20), issuer: "https://auth.example", audience: "poopypals"), 200, nil),
+                (try await api.token(user: user, expiresIn: -120, issuer: "https://auth.example", audience: "poopypals"), 401, "token_expired"),
+            ]
+            for (token, status, code) in cases {
+                let reply = try await api.send("PUT", "/v1/profile", device: device, token: token)
+                #expect(reply.status == status, "\(code ?? "ok")")
+                #expect(reply.errorCode == code)
+            }
+            // Without iss and aud at all, a service that requires them refuses.
+            let bare = ForgedToken.make(header: #"{"alg":"HS256","typ":"JWT"}"#,
+                                        payload: #"{"sub":"\#(user.uuidString)","email":"chris@example.com","exp":\#(Int(Date().timeIntervalSince1970) + 600)}"#,
+                                        secret: LiveAPI.secret)
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: bare).status == 401)
         }
     }
 

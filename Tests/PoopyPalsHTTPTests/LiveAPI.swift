@@ -7,12 +7,15 @@ import Logging
 @testable import PoopyPalsHTTP
 import PostgresClient
 import TestSupport
+import Testing
 
 /// The real application, in this process, on a free port of 127.0.0.1, over a test database.
 struct LiveAPI: Sendable {
     static let secret = "test-secret-0123456789abcdef-0123456789"
 
     let base: URL
+    /// The separate `/metrics` listener.
+    let metricsBase: URL
     let logs: Locked<[String]>
     private let task: Task<Void, any Error>
 
@@ -29,21 +32,27 @@ struct LiveAPI: Sendable {
     /// Starts the app on `db` (or on any configuration), returns once it listens.
     static func start(_ database: ConnectionConfiguration, poolSize: Int = 8,
                       configure: @Sendable (inout APIConfiguration) -> Void = { _ in }) async throws -> LiveAPI {
+        CapturedLogs.install()
         let lines = Locked<[String]>([])
         let logger = Logger(label: "poopypals.http") { _ in CapturingLogHandler(lines: lines) }
         var configuration = APIConfiguration(jwtSecret: secret, database: database)
         configuration.port = 0
         configuration.poolSize = poolSize
+        configuration.metricsPort = 0
         configure(&configuration)
         let port = Locked<Int?>(nil)
-        let application = try await buildApplication(configuration, logger: logger) { bound in port.withLock { $0 = bound } }
+        let metricsPort = Locked<Int?>(nil)
+        let application = try await buildApplication(configuration, logger: logger,
+                                                     onListening: { bound in port.withLock { $0 = bound } },
+                                                     onMetricsListening: { bound in metricsPort.withLock { $0 = bound } })
         let task = Task { try await application.run() }
         let deadline = ContinuousClock.now + .seconds(10)
-        while port.value == nil {
+        while port.value == nil || metricsPort.value == nil {
             guard ContinuousClock.now < deadline else { throw SetupError("the API did not start listening") }
             try await Task.sleep(for: .milliseconds(10))
         }
-        return LiveAPI(base: URL(string: "http://127.0.0.1:\(port.value!)")!, logs: lines, task: task)
+        return LiveAPI(base: try #require(URL(string: "http://127.0.0.1:\(port.value ?? 0)")),
+                       metricsBase: try #require(URL(string: "http://127.0.0.1:\(metricsPort.value ?? 0)")), logs: lines, task: task)
     }
 
     func stop() async {
@@ -51,9 +60,14 @@ struct LiveAPI: Sendable {
         _ = try? await task.value
     }
 
+    /// GET on the metrics listener.
+    func metrics() async throws -> Reply {
+        try await send("GET", "/metrics", on: metricsBase)
+    }
+
     func send(_ method: String, _ path: String, device: UUID? = nil, token: String? = nil,
-              headers: [String: String] = [:], json: String? = nil, body: Data? = nil) async throws -> Reply {
-        var request = URLRequest(url: URL(string: path, relativeTo: base)!)
+              headers: [String: String] = [:], json: String? = nil, body: Data? = nil, on host: URL? = nil) async throws -> Reply {
+        var request = URLRequest(url: try #require(URL(string: path, relativeTo: host ?? base)))
         request.httpMethod = method
         request.timeoutInterval = 15
         if let device { request.setValue(device.uuidString.lowercased(), forHTTPHeaderField: "X-Device-ID") }
@@ -73,8 +87,10 @@ struct LiveAPI: Sendable {
     }
 
     /// A token as the auth provider would mint it.
-    func token(user: UUID = UUID(), email: String = "chris@example.com", expiresIn: TimeInterval = 600) async throws -> String {
-        try await TokenVerifier(secret: Self.secret).mint(userID: user, email: email, expiresIn: expiresIn)
+    func token(user: UUID = UUID(), email: String = "chris@example.com", expiresIn: TimeInterval = 600,
+               notBefore: Date? = nil, issuer: String? = nil, audience: String? = nil) async throws -> String {
+        try await TokenVerifier(secret: Self.secret).mint(userID: user, email: email, expiresIn: expiresIn, notBefore: notBefore,
+                                                          issuer: issuer, audience: audience)
     }
 }
 

@@ -49,7 +49,9 @@ struct OperationsTests {
             let health = try await api.send("GET", "/healthz")
             #expect(health.status == 200 && health.json?["status"] as? String == "ok")
             _ = try await api.send("GET", "/v1/device", device: UUID())
-            let metrics = try await api.send("GET", "/metrics")
+            // Not on the public port.
+            #expect(try await api.send("GET", "/metrics").status == 404)
+            let metrics = try await api.metrics()
             #expect(metrics.status == 200)
             #expect(metrics.header("Content-Type")?.hasPrefix("text/plain") == true)
             for name in ["hb_requests", "http_server_request_duration_bucket", "poopypals_db_pool_in_use", "poopypals_db_pool_waiting"] {
@@ -84,27 +86,33 @@ struct OperationsTests {
         }
     }
 
+    /// Every logger of the process (HTTP and data layer) at trace level: no device id, email or token.
     @Test func noDeviceIDEmailOrTokenAppearsInResponsesOrLogs() async throws {
         try await TestDatabase.withAPI { api, _ in
             let device = UUID()
-            let email = "private.person@example.com"
+            let email = "private.person.\(UInt32.random(in: 0...UInt32.max))@example.com"
             let token = try await api.token(email: email)
             _ = try await api.send("PUT", "/v1/device", device: device)
-            _ = try await api.send("PUT", "/v1/profile", device: device, token: token)
+            let created = try await api.send("PUT", "/v1/profile", device: device, token: token, headers: ["X-Request-ID": "pii-test-1"])
+            #expect(created.status == 200)
             let errors = [
                 try await api.send("PUT", "/v1/profile", device: UUID(), token: token),
+                try await api.send("PUT", "/v1/profile", device: device, token: try await api.token(email: email)),  // email in use
                 try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"x","bristolType":4}"#),
                 try await api.send("GET", "/v1/logs", headers: ["X-Device-ID": device.uuidString + "x"]),
             ]
             for reply in errors {
+                #expect(reply.status >= 400)
                 #expect(!reply.text.lowercased().contains(device.uuidString.lowercased()))
                 #expect(!reply.text.contains(email))
             }
-            let logged = api.logs.value.joined(separator: "\n").lowercased()
+            let logged = (api.logs.value + CapturedLogs.all).joined(separator: "\n").lowercased()
             #expect(!logged.isEmpty)
             #expect(!logged.contains(device.uuidString.lowercased()))
             #expect(!logged.contains(email))
             #expect(!logged.contains(token.lowercased()))
+            // The data layer's lines are there, tied to the request.
+            #expect(CapturedLogs.all.contains { $0.contains("poopypals.repo.users") && $0.contains("request_id=pii-test-1") })
         }
     }
 
@@ -116,7 +124,7 @@ struct OperationsTests {
         let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
         let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
         #expect(routed == OpenAPIPaths.operations(in: spec))
-        #expect(routed.count == 12)
+        #expect(routed.count == 11)
     }
 }
 

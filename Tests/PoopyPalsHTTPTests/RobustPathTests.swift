@@ -120,3 +120,28 @@ struct RobustPathTests {
         await api.stop()
     }
 }
+
+@Suite("Metrics that move")
+struct RetryMetricTests {
+    static func retries(_ api: LiveAPI) async throws -> Double {
+        let text = try await api.metrics().text
+        let line = text.split(separator: "\n").first { $0.hasPrefix("poopypals_db_retries_total ") }
+        return line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+    }
+
+    /// A retry forced by an online column type change inside a two-statement transaction (PUT /v1/profile):
+    /// the request succeeds and the retries counter, created after the metrics backend, moves.
+    @Test func aForcedRetryMovesTheRetriesCounter() async throws {
+        try await TestDatabase.withAPI(poolSize: 1) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let token = try await api.token(email: "metrics@example.com")
+            for _ in 0..<2 { #expect(try await api.send("PUT", "/v1/profile", device: device, token: token).status == 200) }
+            let before = try await Self.retries(api)
+            try await db.withConnection { try $0.executeScript("ALTER TABLE devices ALTER COLUMN model TYPE varchar(100)") }
+            let reply = try await api.send("PUT", "/v1/profile", device: device, token: token)
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(try await Self.retries(api) >= before + 1)
+        }
+    }
+}

@@ -12,7 +12,7 @@ struct ServeBinaryTests {
         try await TestDatabase.withMigrated { db in
             let process = Process()
             process.executableURL = TestProject.binary
-            process.arguments = ["serve", "--port", "0", "--pool-size", "4"]
+            process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--pool-size", "4"]
             var environment = ProcessInfo.processInfo.environment
             environment["DATABASE_URL"] = db.url
             environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
@@ -56,7 +56,7 @@ struct ServeBinaryTests {
         try await TestDatabase.withMigrated { db in
             let process = Process()
             process.executableURL = TestProject.binary
-            process.arguments = ["serve", "--port", "0", "--pool-size", "4"]
+            process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--pool-size", "4"]
             var environment = ProcessInfo.processInfo.environment
             environment["DATABASE_URL"] = db.url
             environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)

@@ -199,13 +199,19 @@ struct RobustConnectionTests {
 
     @Test func connectionsOlderThanTheLifetimeAreReplaced() async throws {
         try await TestDatabase.with { db in
-            let pool = ConnectionPool(configuration: .init(connection: db.configuration, maxConnections: 1,
-                                                           maxConnectionLifetime: .seconds(3)))
-            let first = try await pool.withConnection { $0.serverProcessID }
-            #expect(try await pool.withConnection { $0.serverProcessID } == first)
-            try await Task.sleep(for: .milliseconds(3100))
-            #expect(try await pool.withConnection { $0.serverProcessID } != first)
-            await pool.close()
+            let short = ConnectionPool(configuration: .init(connection: db.configuration, maxConnections: 1,
+                                                            maxConnectionLifetime: .seconds(1)))
+            let first = try await short.withConnection { $0.serverProcessID }
+            try await Task.sleep(for: .milliseconds(1500))
+            #expect(try await short.withConnection { $0.serverProcessID } != first)
+            await short.close()
+            // Younger than the lifetime: kept.
+            let long = ConnectionPool(configuration: .init(connection: db.configuration, maxConnections: 1,
+                                                           maxConnectionLifetime: .seconds(3600)))
+            let kept = try await long.withConnection { $0.serverProcessID }
+            try await Task.sleep(for: .milliseconds(1500))
+            #expect(try await long.withConnection { $0.serverProcessID } == kept)
+            await long.close()
         }
     }
 

@@ -1,0 +1,5 @@
+/// The request a piece of data-layer work runs for, so that its log lines can be tied to the HTTP request
+/// without passing a logger through every call. Set by the HTTP layer around each request.
+public enum RequestTrace {
+    @TaskLocal public static var id: String?
+}
