@@ -45,13 +45,13 @@ struct RobustRequestTests {
             let database = Database(pool: db.pool(size: 1), timeouts: RequestTimeouts(statement: .seconds(1), lock: .milliseconds(300)))
             let device = try DeviceID(UUID())
             _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
-            let lock = try await db.inAnotherSession(holdingFor: 6) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let lock = try await db.inAnotherSession(holdingFor: 12) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
             let started = ContinuousClock.now
             let error = await #expect(throws: PostgresError.self) {
                 try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device)
             }
             #expect(error?.sqlState == .lockNotAvailable)
-            #expect(ContinuousClock.now - started < .seconds(4))  // not the 6 s the lock is held
+            #expect(ContinuousClock.now - started < .seconds(10))  // not the 12 s the lock is held
             try await lock.value
             #expect(try await PoopLogRepository(database: database).list(as: device).items.isEmpty)
             await database.pool.close()
@@ -63,10 +63,10 @@ struct RobustRequestTests {
             let database = Database(pool: db.pool(size: 1), timeouts: RequestTimeouts(statement: .milliseconds(300), lock: .milliseconds(300)))
             let started = ContinuousClock.now
             let error = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(DeviceID(UUID())) { tx in try tx.finalQuery("SELECT pg_sleep(5)") }
+                try await database.asDevice(DeviceID(UUID())) { tx in try tx.finalQuery("SELECT pg_sleep(30)") }
             }
             #expect(error?.sqlState == .queryCanceled)
-            #expect(ContinuousClock.now - started < .seconds(4))  // not the 5 s asked for
+            #expect(ContinuousClock.now - started < .seconds(20))  // not the 30 s asked for
             await database.pool.close()
         }
     }
