@@ -94,13 +94,23 @@ struct RobustPathTests {
     @Test func aFullPoolIsA503BusyNotDatabaseUnavailable() async throws {
         try await TestDatabase.withAPI(poolSize: 1, configure: {
             $0.acquireTimeout = .milliseconds(300)
-            $0.timeouts = RequestTimeouts(statement: .seconds(5), lock: .seconds(5))
+            $0.timeouts = RequestTimeouts(statement: .seconds(15), lock: .seconds(15))
         }) { api, db in
             let device = UUID()
             #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
-            let lock = try await db.inAnotherSession(holdingFor: 2) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let lock = try await db.inAnotherSession(holdingFor: 8) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
             async let blocked = api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
-            try await Task.sleep(for: .milliseconds(200))
+            // Until the upload holds the pool's only connection, waiting on the lock.
+            let deadline = ContinuousClock.now + .seconds(6)
+            var waiting = 0
+            while waiting == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+                waiting = try await db.withConnection { conn in
+                    try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'")[0]
+                        .decode(0, as: Int.self)
+                }
+            }
+            #expect(waiting == 1)
             let busy = try await api.send("GET", "/v1/device", device: device)
             #expect(busy.status == 503)
             #expect(busy.errorCode == "busy")

@@ -56,8 +56,19 @@ public struct TestDatabase: Sendable {
         }
     }
 
+    /// Drops the database. An autovacuum worker busy in it cannot be terminated by a non-superuser on
+    /// PostgreSQL 17+ ("permission denied to terminate process"), so that case is retried for a while.
     private func drop(using admin: ConnectionPool) async throws {
-        try await admin.withConnection { [name] in try $0.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        var attempt = 0
+        while true {
+            do {
+                try await admin.withConnection { [name] in try $0.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+                return
+            } catch let error as PostgresError where error.sqlState == .insufficientPrivilege && attempt < 50 {
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
     }
 
     /// This database reached through PgBouncer in transaction-pooling mode (`PGBOUNCER_URL`, which
