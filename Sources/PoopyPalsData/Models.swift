@@ -80,8 +80,10 @@ public struct PoopLog: Sendable, Equatable, Codable {
     public let notes: String?
     public let createdAt: Date
     public let updatedAt: Date
+    /// The device's change number of this log's last change (sql/0009): what `baseVersion` compares with.
+    public let version: Int64
 
-    static let columns = "id, occurred_at, bristol_type, notes, created_at, updated_at"
+    static let columns = "id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version"
     /// The database's limit on notes, in characters (code points, as `char_length` counts).
     public static let notesLimit = 2000
 
@@ -92,5 +94,6 @@ public struct PoopLog: Sendable, Equatable, Codable {
         notes = try row.decode("notes")
         createdAt = try row.decode("created_at")
         updatedAt = try row.decode("updated_at")
+        version = try row.decode("version")
     }
 }

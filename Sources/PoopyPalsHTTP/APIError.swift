@@ -50,6 +50,13 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .emailInUse: return APIError(.conflict, "email_in_use", "this email address belongs to another account")
             case .conflictNotVisible: return APIError(.conflict, "retry", error.description)
             }
+        case let error as SyncError:
+            switch error {
+            case .cursorExpired:
+                return APIError(.gone, "cursor_expired", "changes after this cursor were purged; pull again without a cursor")
+            case .versionConflict(let index):
+                return APIError(.conflict, "version_conflict", "operations[\(index)]: the log has changed since its baseVersion; nothing was applied")
+            }
         case let error as TransactionError: return from(error.underlying)
         case let error as PostgresClientError:
             switch error.kind {

@@ -40,6 +40,7 @@ struct APIRoutes: Sendable {
         router.get("/v1/profile", use: getProfile)
         router.get("/healthz", use: health)
         router.get("/readyz", use: ready)
+        SyncRoutes(sync: SyncRepository(database: database)).register(on: router)
     }
 
     // MARK: Device

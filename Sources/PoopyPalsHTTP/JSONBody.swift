@@ -29,6 +29,18 @@ struct JSONBody {
 
     func isNull(_ key: String) -> Bool { object[key] == .null }
 
+    /// The raw value of `key`, for nested structures read by their own parser.
+    func value(_ key: String) -> JSONValue? { object[key] }
+
+    /// A nested object read as a body of its own (its own allowed fields, errors named with `prefix`).
+    static func nested(_ value: JSONValue, prefix: String, allowed: Set<String>) throws -> JSONBody {
+        guard case .object(let object) = value else { throw APIError.invalid(prefix, "must be an object") }
+        for key in object.keys.sorted() where !allowed.contains(key) {
+            throw APIError.invalid("\(prefix).\(key)", "is not a known field")
+        }
+        return JSONBody(object: object)
+    }
+
     func string(_ key: String) throws -> String? {
         switch object[key] {
         case nil, .null: return nil

@@ -34,6 +34,7 @@ struct LogBody: Encodable {
     let notes: String?
     let createdAt: Date
     let updatedAt: Date
+    let version: Int64
 
     init(_ log: PoopLog) {
         id = log.id.lowercased
@@ -42,10 +43,11 @@ struct LogBody: Encodable {
         notes = log.notes
         createdAt = log.createdAt
         updatedAt = log.updatedAt
+        version = log.version
     }
 
     // Explicit so that a nil `notes` is sent as null rather than left out.
-    enum CodingKeys: String, CodingKey { case id, occurredAt, bristolType, notes, createdAt, updatedAt }
+    enum CodingKeys: String, CodingKey { case id, occurredAt, bristolType, notes, createdAt, updatedAt, version }
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
@@ -54,6 +56,7 @@ struct LogBody: Encodable {
         try container.encode(notes, forKey: .notes)
         try container.encode(createdAt, forKey: .createdAt)
         try container.encode(updatedAt, forKey: .updatedAt)
+        try container.encode(version, forKey: .version)
     }
 }
 

@@ -115,7 +115,7 @@ struct Bench: AsyncParsableCommand {
             try Migrator(files: files).migrate(on: conn)
             // Maintenance path: FORCE is lifted inside this transaction only, so the owner may seed every device.
             try conn.transaction { conn in
-                try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY")
+                try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
                 try conn.execute("""
                     INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
                         'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n
@@ -124,7 +124,7 @@ struct Bench: AsyncParsableCommand {
                     INSERT INTO devices (id, user_id, model) SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid,
                         ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
                     """)
-                try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY")
+                try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
             }
         }
         // 20 logs per device, so that "list 20 newest" lists 20.

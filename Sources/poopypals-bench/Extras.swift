@@ -14,14 +14,24 @@ enum Scaling {
     static func seed(rows: Int, devices: Int, pool: ConnectionPool) async throws {
         try await pool.withConnection { conn in
             try conn.transaction { conn in
-                try conn.executeScript("ALTER TABLE poop_logs NO FORCE ROW LEVEL SECURITY; TRUNCATE poop_logs")
+                // The change-numbering trigger is off for the bulk load; the numbers are set as the migration does.
+                try conn.executeScript("""
+                    ALTER TABLE poop_logs NO FORCE ROW LEVEL SECURITY; ALTER TABLE devices NO FORCE ROW LEVEL SECURITY;
+                    ALTER TABLE poop_logs DISABLE TRIGGER USER; TRUNCATE poop_logs, poop_log_tombstones
+                    """)
                 try conn.execute("""
-                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type)
+                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type, change_seq)
                     SELECT ('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid,
-                           now() - (n || ' seconds')::interval, 1 + n % 7
+                           now() - (n || ' seconds')::interval, 1 + n % 7, 1 + n / \(devices)
                     FROM generate_series(1, \(rows)) AS n
                     """)
-                try conn.executeScript("ALTER TABLE poop_logs FORCE ROW LEVEL SECURITY")
+                try conn.execute("""
+                    UPDATE devices d SET change_seq = coalesce((SELECT max(change_seq) FROM poop_logs l WHERE l.device_id = d.id), 0)
+                    """)
+                try conn.executeScript("""
+                    ALTER TABLE poop_logs ENABLE TRIGGER USER;
+                    ALTER TABLE poop_logs FORCE ROW LEVEL SECURITY; ALTER TABLE devices FORCE ROW LEVEL SECURITY
+                    """)
             }
             try conn.executeScript("VACUUM ANALYZE poop_logs")
         }

@@ -15,12 +15,14 @@ struct Scenario: Sendable {
         let users: UserRepository
         let devices: DeviceRepository
         let logs: PoopLogRepository
+        let sync: SyncRepository
 
         init(database: Database) {
             self.database = database
             users = UserRepository(database: database)
             devices = DeviceRepository(database: database)
             logs = PoopLogRepository(database: database)
+            sync = SyncRepository(database: database)
         }
     }
 
@@ -39,7 +41,8 @@ struct Scenario: Sendable {
 
     static let pgDevice = "('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
-    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice), true);"
+    /// What `DeviceTransaction` sends first (the default time limits: 5 s and 2 s).
+    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice), true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
 
     static func pipelined(_ devices: Int, _ statement: String) -> String {
         """
@@ -59,13 +62,13 @@ struct Scenario: Sendable {
             Scenario(
                 name: "list 20 newest logs",
                 pgbenchScript: pipelined(devices, """
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21;
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21;
                     """),
                 ours: { repositories, n in _ = try await repositories.logs.list(limit: 20, as: device(n)) }),
             Scenario(
                 name: "ensureProfile (existing user)",
                 pgbenchScript: pipelined(devices, """
-                    SELECT id, email, full_name, role, date_of_birth, created_at, updated_at FROM users WHERE id = \(pgUser) OR email = 'user' || :n || '@bench.example' ORDER BY (id = \(pgUser)) DESC LIMIT 1;
+                    SELECT * FROM poopypals_ensure_profile(\(pgUser), 'user' || :n || '@bench.example', false, NULL, false, NULL);
                     """),
                 ours: { repositories, n in _ = try await repositories.users.ensureProfile(as: device(n), id: user(n), email: email(n)) }),
             Scenario(
@@ -80,10 +83,34 @@ struct Scenario: Sendable {
             Scenario(
                 name: "create log",
                 pgbenchScript: pipelined(devices, """
-                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, false FROM poop_logs WHERE id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
+                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version, false FROM poop_logs WHERE id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
+                }),
+            Scenario(
+                name: "sync pull (first page of 20)",
+                pgbenchScript: pipelined(devices, """
+                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.change_seq > 0 UNION ALL SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.change_seq > 0 ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
+                    """),
+                ours: { repositories, n in _ = try await repositories.sync.pull(cursor: nil, limit: 20, as: device(n)) }),
+            // Push is three round trips by nature (lock and read, then write, then commit): pgbench runs the same
+            // three steps, each its own pipeline.
+            Scenario(
+                name: "sync push (one new log)",
+                pgbenchScript: """
+                    \\set n random(1, \(devices))
+                    \\startpipeline
+                    BEGIN;
+                    \(context)
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE id = gen_random_uuid() FOR UPDATE;
+                    \\endpipeline
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id;
+                    COMMIT;
+                    """,
+                ours: { repositories, n in
+                    _ = try await repositories.sync.push([.upsert(id: UUID(), occurredAt: Date(), bristolType: 4, notes: nil, baseVersion: nil)],
+                                                         as: device(n))
                 }),
         ]
     }

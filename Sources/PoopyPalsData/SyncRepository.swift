@@ -1,0 +1,179 @@
+import Foundation
+import PostgresClient
+
+/// One change in a device's stream: a log as it now is, or the id of a deleted one.
+public enum SyncChange: Sendable, Equatable {
+    case upsert(PoopLog)
+    case delete(UUID)
+}
+
+/// A page of changes, in the order they became visible.
+public struct SyncPage: Sendable {
+    public let changes: [SyncChange]
+    /// Pass back as `cursor`; always present (the same cursor when nothing changed).
+    public let cursor: String
+    public let hasMore: Bool
+}
+
+/// One operation of a push.
+public enum SyncOperation: Sendable, Equatable {
+    /// Creates or replaces the log; with `baseVersion`, only if the stored log is still at that version.
+    case upsert(id: UUID, occurredAt: Date, bristolType: Int, notes: String?, baseVersion: Int64?)
+    case delete(id: UUID)
+
+    var id: UUID {
+        switch self {
+        case .upsert(let id, _, _, _, _), .delete(let id): id
+        }
+    }
+}
+
+public enum SyncResult: String, Sendable, Equatable {
+    case created, updated, unchanged, deleted, notFound
+}
+
+/// The sync protocol over the change counter of sql/0009 (see the comment there for why it never skips a
+/// change): pull pages of changes after a cursor; push a batch of operations in one transaction.
+public struct SyncRepository: Sendable {
+    public static let pageSizes = 1...500
+    public static let batchSizes = 1...500
+
+    let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+
+    /// Changes after `cursor` (nil: from the beginning), at most `limit`: one round trip.
+    /// - Throws: `InvalidField("cursor" | "limit")`; `SyncError.cursorExpired` when tombstones the cursor had not
+    ///   seen were purged (pull again from the beginning).
+    public func pull(cursor: String?, limit: Int, as device: DeviceID) async throws -> SyncPage {
+        guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 500") }
+        let after = try cursor.map(SyncCursor.init(encoded:))?.sequence ?? 0
+        let fetch = limit + 1
+        let (purged, rows) = try await database.asDevice(device, idempotent: true) { tx in
+            let result = try tx.finalQuery("""
+                WITH device AS (SELECT purged_through_seq FROM devices),
+                changes AS (
+                    SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
+                           l.created_at, l.updated_at, l.change_seq AS version
+                    FROM poop_logs l WHERE l.change_seq > \(after)
+                    UNION ALL
+                    SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
+                    FROM poop_log_tombstones t WHERE t.change_seq > \(after)
+                    ORDER BY 2 LIMIT \(fetch)
+                )
+                SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
+                FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
+                """)
+            let purged = try result.first?.decode("purged", as: Int64?.self) ?? 0
+            var changes: [(Int64, SyncChange)] = []
+            for row in result {
+                guard let op = try row.decode("op", as: String?.self) else { continue }
+                let seq: Int64 = try row.decode("seq")
+                changes.append((seq, op == "delete" ? .delete(try row.decode("id")) : .upsert(try PoopLog(row: row))))
+            }
+            return (purged, changes)
+        }
+        // From the beginning (0) is always complete: every live log is there, and deletes need no telling.
+        if after > 0, after < purged { throw SyncError.cursorExpired }
+        let page = rows.prefix(limit)
+        let last = page.last?.0 ?? after
+        return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last).encoded, hasMore: rows.count > limit)
+    }
+
+    /// Applies `operations` in order, in one transaction: all or nothing. Last writer wins in server order;
+    /// an upsert with `baseVersion` fails the whole batch when the log has moved on.
+    /// - Throws: `InvalidField("operations[i].…")` before anything is sent; `SyncError.versionConflict(index)`;
+    ///   `RepositoryError.logIDInUse` when an id belongs to another device; `.deviceNotRegistered`.
+    public func push(_ operations: [SyncOperation], as device: DeviceID) async throws -> [(UUID, SyncResult)] {
+        guard Self.batchSizes.contains(operations.count) else { throw InvalidField("operations", "must hold 1 to 500 operations") }
+        for (index, operation) in operations.enumerated() {
+            guard case .upsert(_, let occurredAt, let bristolType, let notes, let baseVersion) = operation else { continue }
+            do {
+                try PoopLogRepository.validate(occurredAt: occurredAt, bristolType: bristolType, notes: notes)
+            } catch {
+                throw InvalidField("operations[\(index)].log.\(error.field)", error.reason)
+            }
+            if let baseVersion, baseVersion < 0 { throw InvalidField("operations[\(index)].baseVersion", "must not be negative") }
+        }
+        do {
+            return try await database.asDevice(device, idempotent: true) { tx in
+                var results: [(UUID, SyncResult)] = []
+                results.reserveCapacity(operations.count)
+                for (index, operation) in operations.enumerated() {
+                    results.append((operation.id, try Self.apply(operation, index: index, in: tx)))
+                }
+                return results
+            }
+        } catch SQLState.foreignKeyViolation {
+            throw RepositoryError.deviceNotRegistered
+        }
+    }
+
+    private static func apply(_ operation: SyncOperation, index: Int, in tx: DeviceTransaction) throws -> SyncResult {
+        switch operation {
+        case .delete(let id):
+            return try tx.execute("DELETE FROM poop_logs WHERE id = \(id)") == 1 ? .deleted : .notFound
+        case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
+            // Locked, so that the comparison and the write see the same row.
+            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE id = \(id) FOR UPDATE"
+            var current = try tx.query(select).first.map(PoopLog.init(row:))
+            if current == nil {
+                let inserted = try tx.query("""
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
+                    VALUES (\(id), \(tx.device.uuid), \(occurredAt), \(bristolType), \(notes))
+                    ON CONFLICT (id) DO NOTHING RETURNING id
+                    """)
+                if !inserted.isEmpty {
+                    if let baseVersion, baseVersion != 0 { throw SyncError.versionConflict(index: index) }
+                    return .created
+                }
+                // The other phone created it meanwhile (visible now, to this new statement), or it belongs to
+                // another device (still invisible).
+                current = try tx.query(select).first.map(PoopLog.init(row:))
+                guard current != nil else { throw RepositoryError.logIDInUse }
+            }
+            guard let current else { throw RepositoryError.logIDInUse }
+            if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
+            if PoopLogRepository.sameContent(current, NewPoopLog(id: id, occurredAt: occurredAt, bristolType: bristolType, notes: notes)) {
+                return .unchanged
+            }
+            try tx.execute("""
+                UPDATE poop_logs SET occurred_at = \(occurredAt), bristol_type = \(bristolType), notes = \(notes), updated_at = now()
+                WHERE id = \(id)
+                """)
+            return .updated
+        }
+    }
+}
+
+public enum SyncError: Error, Sendable, Equatable {
+    /// Deletes after the cursor were purged: pull again from the beginning.
+    case cursorExpired
+    /// The log of operation `index` is no longer at its `baseVersion`; nothing of the batch was applied.
+    case versionConflict(index: Int)
+}
+
+/// Where a puller is: the device's change number it has seen, opaque to clients.
+struct SyncCursor: Sendable, Equatable {
+    let sequence: Int64
+
+    init(sequence: Int64) { self.sequence = sequence }
+
+    /// - Throws: `InvalidField("cursor", …)` for anything this code did not produce.
+    init(encoded: String) throws(InvalidField) {
+        var base64 = encoded.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        guard encoded.count <= 64, let data = Data(base64Encoded: base64), let text = String(data: data, encoding: .utf8),
+              text.hasPrefix("s1|"), let sequence = Int64(text.dropFirst(3)), sequence >= 0,
+              text.dropFirst(3).allSatisfy(\.isASCII)
+        else { throw InvalidField("cursor", "is not a valid cursor") }
+        self.sequence = sequence
+    }
+
+    var encoded: String {
+        Data("s1|\(sequence)".utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+}

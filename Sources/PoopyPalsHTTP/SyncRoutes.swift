@@ -1,0 +1,109 @@
+import Foundation
+import Hummingbird
+import PoopyPalsData
+import PostgresClient
+
+/// `GET /v1/sync` (pull) and `POST /v1/sync` (push): the offline-first protocol over `SyncRepository`.
+struct SyncRoutes: Sendable {
+    let sync: SyncRepository
+
+    func register(on router: Router<APIContext>) {
+        router.get("/v1/sync", use: pull)
+        router.post("/v1/sync", use: push)
+    }
+
+    @Sendable func pull(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let query = request.uri.queryParameters
+        var limit = 100
+        if let text = query.get("limit") {
+            guard text.count <= 4, let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
+            limit = value
+        }
+        let page = try await sync.pull(cursor: query.get("cursor"), limit: limit, as: device)
+        return try JSONResponse.make(.ok, SyncPageBody(page))
+    }
+
+    @Sendable func push(_ request: Request, context: APIContext) async throws -> Response {
+        let device = try DeviceID(validating: request.headers[.deviceID])
+        let body = try await JSONBody.read(request, context: context, allowed: ["operations"])
+        guard case .array(let items)? = body.value("operations") else { throw APIError.invalid("operations", "is required: an array") }
+        guard SyncRepository.batchSizes.contains(items.count) else { throw APIError.invalid("operations", "must hold 1 to 500 operations") }
+        let operations = try items.enumerated().map { index, item in try Self.operation(item, index: index) }
+        let results = try await sync.push(operations, as: device)
+        return try JSONResponse.make(.ok, PushBody(results: results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) }))
+    }
+
+    static func operation(_ item: JSONValue, index: Int) throws -> SyncOperation {
+        let prefix = "operations[\(index)]"
+        let operation = try JSONBody.nested(item, prefix: prefix, allowed: ["op", "log", "id", "baseVersion"])
+        switch try operation.string("op") {
+        case "upsert":
+            guard let value = operation.value("log") else { throw APIError.invalid("\(prefix).log", "is required") }
+            let log = try JSONBody.nested(value, prefix: "\(prefix).log", allowed: ["id", "occurredAt", "bristolType", "notes"])
+            func field<T>(_ read: () throws -> T) throws -> T {
+                do { return try read() } catch let error as APIError {
+                    throw APIError(error.status, error.code, "\(prefix).log.\(error.message)")
+                }
+            }
+            let baseVersion: Int64?
+            do {
+                baseVersion = try operation.int("baseVersion").map(Int64.init)
+            } catch {
+                throw APIError.invalid("\(prefix).baseVersion", "must be an integer")
+            }
+            return .upsert(id: try field { try log.required("id", log.uuid) },
+                           occurredAt: try field { try log.required("occurredAt", log.timestamp) },
+                           bristolType: try field { try log.required("bristolType", log.int) },
+                           notes: try field { try log.string("notes") }, baseVersion: baseVersion)
+        case "delete":
+            guard operation.value("log") == nil, operation.value("baseVersion") == nil else {
+                throw APIError.invalid(prefix, "a delete takes only op and id")
+            }
+            do {
+                return .delete(id: try operation.required("id", operation.uuid))
+            } catch let error as APIError {
+                throw APIError(error.status, error.code, "\(prefix).\(error.message)")
+            }
+        default:
+            throw APIError.invalid("\(prefix).op", "must be \"upsert\" or \"delete\"")
+        }
+    }
+}
+
+struct SyncPageBody: Encodable {
+    struct Change: Encodable {
+        let op: String
+        let log: LogBody?
+        let id: String?
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(op, forKey: .op)
+            if let log { try container.encode(log, forKey: .log) }
+            if let id { try container.encode(id, forKey: .id) }
+        }
+
+        enum CodingKeys: String, CodingKey { case op, log, id }
+    }
+
+    let changes: [Change]
+    let cursor: String
+    let hasMore: Bool
+
+    init(_ page: SyncPage) {
+        changes = page.changes.map { change in
+            switch change {
+            case .upsert(let log): Change(op: "upsert", log: LogBody(log), id: nil)
+            case .delete(let id): Change(op: "delete", log: nil, id: id.lowercased)
+            }
+        }
+        cursor = page.cursor
+        hasMore = page.hasMore
+    }
+}
+
+struct PushBody: Encodable {
+    struct Result: Encodable { let id: String; let status: String }
+    let results: [Result]
+}
