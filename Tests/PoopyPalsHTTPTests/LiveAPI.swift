@@ -34,7 +34,7 @@ struct LiveAPI: Sendable {
                       configure: @Sendable (inout APIConfiguration) -> Void = { _ in }) async throws -> LiveAPI {
         CapturedLogs.install()
         let lines = Locked<[String]>([])
-        let logger = Logger(label: "poopypals.http") { _ in CapturingLogHandler(lines: lines) }
+        let logger = Logger(label: "poopypals.http") { label in LineCapturingHandler(label: label, lines: lines) }
         var configuration = APIConfiguration(jwtSecret: secret, database: database)
         configuration.port = 0
         configuration.poolSize = poolSize
@@ -91,24 +91,6 @@ struct LiveAPI: Sendable {
                notBefore: Date? = nil, issuer: String? = nil, audience: String? = nil) async throws -> String {
         try await TokenVerifier(secret: Self.secret).mint(userID: user, email: email, expiresIn: expiresIn, notBefore: notBefore,
                                                           issuer: issuer, audience: audience)
-    }
-}
-
-/// Keeps every log line (message and metadata) for assertions about what is never logged.
-struct CapturingLogHandler: LogHandler {
-    let lines: Locked<[String]>
-    var logLevel: Logger.Level = .trace
-    var metadata: Logger.Metadata = [:]
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let all = metadata.merging(event.metadata ?? [:]) { $1 }
-        let fields = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        lines.withLock { $0.append("\(event.level) \(event.message) \(fields)") }
     }
 }
 

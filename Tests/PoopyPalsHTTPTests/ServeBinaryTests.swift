@@ -10,22 +10,8 @@ import TestSupport
 struct ServeBinaryTests {
     @Test func sigtermFinishesInFlightRequestsAndExitsZero() async throws {
         try await TestDatabase.withMigrated { db in
-            let process = Process()
-            process.executableURL = TestProject.binary
-            process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--pool-size", "4"]
-            var environment = ProcessInfo.processInfo.environment
-            environment["DATABASE_URL"] = db.url
-            environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let (process, base) = try await Self.serve(db)
             defer { if process.isRunning { process.terminate() } }
-
-            // The binary prints "listening on http://127.0.0.1:PORT" once it listens.
-            let port = try await Self.port(from: output.fileHandleForReading)
-            let base = "http://127.0.0.1:\(port)"
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
@@ -54,21 +40,8 @@ struct ServeBinaryTests {
     /// written), leaves nothing waiting on the server, and exits 0 within 10 s.
     @Test func sigtermCancelsWhatIsStuckAnswersEveryClientAndExitsInTime() async throws {
         try await TestDatabase.withMigrated { db in
-            let process = Process()
-            process.executableURL = TestProject.binary
-            process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--pool-size", "4"]
-            var environment = ProcessInfo.processInfo.environment
-            environment["DATABASE_URL"] = db.url
-            environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
-            environment["POOPYPALS_STATEMENT_TIMEOUT"] = "60s"
-            environment["POOPYPALS_LOCK_TIMEOUT"] = "60s"
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_STATEMENT_TIMEOUT": "60s", "POOPYPALS_LOCK_TIMEOUT": "60s"])
             defer { if process.isRunning { process.terminate() } }
-            let base = "http://127.0.0.1:\(try await Self.port(from: output.fileHandleForReading))"
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
@@ -111,6 +84,29 @@ struct ServeBinaryTests {
                                               environment: ["AUTH_JWT_SECRET": "short"])
         #expect(short.status == 2)
         #expect(short.stderr.contains("at least 32 characters"))
+    }
+
+    /// The built binary serving `db` on free ports; returns once it says it listens, with its base URL.
+    static func serve(_ db: TestDatabase, environment extra: [String: String] = [:]) async throws -> (Process, String) {
+        let process = Process()
+        process.executableURL = TestProject.binary
+        process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--pool-size", "4"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["DATABASE_URL"] = db.url
+        environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
+        environment.merge(extra) { $1 }
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        do {
+            // The binary prints "listening on http://127.0.0.1:PORT" once it listens.
+            return (process, "http://127.0.0.1:\(try await port(from: output.fileHandleForReading))")
+        } catch {
+            process.terminate()
+            throw error
+        }
     }
 
     static func port(from handle: FileHandle) async throws -> Int {
