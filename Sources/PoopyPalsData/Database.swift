@@ -129,8 +129,7 @@ public final class Database: Sendable {
 
 extension Database {
     static func isStaleStatement(_ error: any Error) -> Bool {
-        let clientError = (error as? PostgresClientError) ?? ((error as? TransactionError)?.underlying as? PostgresClientError)
-        return clientError?.kind == .statementInvalidated
+        PostgresClientError.find(in: error)?.kind == .statementInvalidated
     }
 }
 

@@ -22,8 +22,7 @@ public struct RetryPolicy: Sendable {
         if let state = PostgresError.find(in: error)?.sqlState {
             return state == .serializationFailure || state == .deadlockDetected
         }
-        let clientError = (error as? PostgresClientError) ?? ((error as? TransactionError)?.underlying as? PostgresClientError)
-        switch clientError?.kind {
+        switch PostgresClientError.find(in: error)?.kind {
         case .connectionFailed: return true
         case .connectionLost: return !commitSent
         default: return false

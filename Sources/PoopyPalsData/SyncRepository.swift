@@ -118,8 +118,10 @@ public struct SyncRepository: Sendable {
         case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
             // Locked, so that the comparison and the write see the same row.
             let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE id = \(id) FOR UPDATE"
-            var current = try tx.query(select).first.map(PoopLog.init(row:))
-            if current == nil {
+            let current: PoopLog
+            if let locked = try tx.query(select).first.map(PoopLog.init(row:)) {
+                current = locked
+            } else {
                 let inserted = try tx.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
                     VALUES (\(id), \(tx.device.uuid), \(occurredAt), \(bristolType), \(notes))
@@ -131,10 +133,9 @@ public struct SyncRepository: Sendable {
                 }
                 // The other phone created it meanwhile (visible now, to this new statement), or it belongs to
                 // another device (still invisible).
-                current = try tx.query(select).first.map(PoopLog.init(row:))
-                guard current != nil else { throw RepositoryError.logIDInUse }
+                guard let raced = try tx.query(select).first.map(PoopLog.init(row:)) else { throw RepositoryError.logIDInUse }
+                current = raced
             }
-            guard let current else { throw RepositoryError.logIDInUse }
             if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
             if PoopLogRepository.sameContent(current, NewPoopLog(id: id, occurredAt: occurredAt, bristolType: bristolType, notes: notes)) {
                 return .unchanged

@@ -52,15 +52,8 @@ public struct UserRepository: Sendable {
         as device: DeviceID, id: UUID, email: String,
         fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
     ) async throws -> Profile {
-        let input = try ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)
-        let requestID = RequestTrace.id  // task-local: read here, the work runs on the connection's thread
-        do {
-            return try await database.asDevice(device, idempotent: true) { tx in
-                try self.ensure(input, in: tx, final: true, requestID: requestID)
-            }
-        } catch {
-            log(.error, "ensureProfile failed", input, requestID: requestID, error: error)
-            throw error
+        try await transaction(as: device, ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)) { tx, input, requestID in
+            try self.ensure(input, in: tx, final: true, requestID: requestID)
         }
     }
 
@@ -80,16 +73,24 @@ public struct UserRepository: Sendable {
         as device: DeviceID, id: UUID, email: String,
         fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
     ) async throws -> (profile: Profile, device: Device) {
-        let input = try ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)
+        try await transaction(as: device, ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)) { tx, input, requestID in
+            let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
+            guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first else {
+                throw RepositoryError.deviceNotRegistered
+            }
+            return (profile, try Device(row: row))
+        }
+    }
+
+    /// Runs `work` as `device` in one idempotent request transaction, logging a failure with the request id.
+    /// The id is a task-local, read here: the work runs on the connection's thread, where it is not set.
+    private func transaction<T: Sendable>(
+        as device: DeviceID, _ input: ProfileInput,
+        _ work: @escaping @Sendable (DeviceTransaction, ProfileInput, String?) throws -> T
+    ) async throws -> T {
         let requestID = RequestTrace.id
         do {
-            return try await database.asDevice(device, idempotent: true) { tx in
-                let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
-                guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first else {
-                    throw RepositoryError.deviceNotRegistered
-                }
-                return (profile, try Device(row: row))
-            }
+            return try await database.asDevice(device, idempotent: true) { tx in try work(tx, input, requestID) }
         } catch {
             log(.error, "ensureProfile failed", input, requestID: requestID, error: error)
             throw error

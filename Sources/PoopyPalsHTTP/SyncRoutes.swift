@@ -28,7 +28,6 @@ struct SyncRoutes: Sendable {
         let device = try DeviceID(validating: request.headers[.deviceID])
         let body = try await JSONBody.read(request, context: context, allowed: ["operations"])
         guard case .array(let items)? = body.value("operations") else { throw APIError.invalid("operations", "is required: an array") }
-        guard SyncRepository.batchSizes.contains(items.count) else { throw APIError.invalid("operations", "must hold 1 to 500 operations") }
         let operations = try items.enumerated().map { index, item in try Self.operation(item, index: index) }
         let results = try await sync.push(operations, as: device)
         return try JSONResponse.make(.ok, PushBody(results: results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) }))
@@ -41,11 +40,7 @@ struct SyncRoutes: Sendable {
         case "upsert":
             guard let value = operation.value("log") else { throw APIError.invalid("\(prefix).log", "is required") }
             let log = try JSONBody.nested(value, prefix: "\(prefix).log", allowed: ["id", "occurredAt", "bristolType", "notes"])
-            func field<T>(_ read: () throws -> T) throws -> T {
-                do { return try read() } catch let error as APIError {
-                    throw APIError(error.status, error.code, "\(prefix).log.\(error.message)")
-                }
-            }
+            func field<T>(_ read: () throws -> T) throws -> T { try named("\(prefix).log", read) }
             let baseVersion: Int64?
             do {
                 baseVersion = try operation.int("baseVersion").map(Int64.init)
@@ -60,13 +55,16 @@ struct SyncRoutes: Sendable {
             guard operation.value("log") == nil, operation.value("baseVersion") == nil else {
                 throw APIError.invalid(prefix, "a delete takes only op and id")
             }
-            do {
-                return .delete(id: try operation.required("id", operation.uuid))
-            } catch let error as APIError {
-                throw APIError(error.status, error.code, "\(prefix).\(error.message)")
-            }
+            return .delete(id: try named(prefix) { try operation.required("id", operation.uuid) })
         default:
             throw APIError.invalid("\(prefix).op", "must be \"upsert\" or \"delete\"")
+        }
+    }
+
+    /// Runs `read`, naming a field error it throws with the path of its nested object (`operations[3].log.…`).
+    private static func named<T>(_ path: String, _ read: () throws -> T) throws -> T {
+        do { return try read() } catch let error as APIError {
+            throw APIError(error.status, error.code, "\(path).\(error.message)")
         }
     }
 }

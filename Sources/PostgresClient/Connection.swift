@@ -33,8 +33,6 @@ public final class Connection {
     /// True once a statement may have left session state (a `SET`, an advisory lock, a temporary table) that the
     /// next borrower would inherit; `resetSession()` clears it.
     public private(set) var sessionMayBeDirty = false
-    /// Batches sent again because a cached statement had gone stale (dropped, or its plan's result type changed).
-    public private(set) var staleStatementRetries = 0
     /// Network round trips made so far (one per pipeline Sync or simple query): what tests and benchmarks count.
     public private(set) var roundTrips = 0
     private var traceFile: UnsafeMutablePointer<FILE>?
@@ -125,9 +123,6 @@ public final class Connection {
         statements.closed()
     }
 
-    /// True when evicted statements wait to be closed.
-    var hasReleasedStatements: Bool { statements.needsDeallocateAll || !statements.namesToClose.isEmpty }
-
     /// Statements in the cache (for tests).
     var cachedStatementCount: Int { statements.count }
 
@@ -205,7 +200,6 @@ public final class Connection {
             }
             if transactionState != .idle { try runScript("ROLLBACK") }
             retries += 1
-            staleStatementRetries += 1
         }
     }
 
@@ -215,7 +209,7 @@ public final class Connection {
         guard PQenterPipelineMode(pointer) == 1 else { throw connectionError() }
 
         // Send. A statement the cache has not seen is prepared in the same batch.
-        var fresh = [String?](repeating: nil, count: queries.count)
+        var fresh = [(name: String, persists: Bool)?](repeating: nil, count: queries.count)
         var names = [String?](repeating: nil, count: queries.count)
         for (index, query) in queries.enumerated() {
             let sent: Int32 = withCStringArray(query.binds) { values in
@@ -224,15 +218,16 @@ public final class Connection {
                     if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
                     return PQsendQueryParams(pointer, query.sql, count, nil, values, nil, nil, 0)
                 }
-                var name = statements.name(for: query.sql) ?? fresh[..<index].indices.first { queries[$0].sql == query.sql }.flatMap { names[$0] }
+                // The session-state check runs once per SQL text: cached statements carry its answer.
+                let cached = statements.lookup(query.sql)
+                let persists = cached?.persists ?? SessionState.mayPersist(query.sql)
+                if persists { sessionMayBeDirty = true }
+                var name = cached?.name ?? queries[..<index].firstIndex { $0.sql == query.sql }.flatMap { names[$0] }
                 if name == nil {
                     let newName = statements.freshName()
                     guard PQsendPrepare(pointer, newName, query.sql, count, nil) == 1 else { return 0 }
-                    fresh[index] = newName
+                    fresh[index] = (newName, persists)
                     name = newName
-                    if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
-                } else if SessionState.mayPersist(query.sql) {
-                    sessionMayBeDirty = true
                 }
                 names[index] = name
                 return PQsendQueryPrepared(pointer, name, count, values, nil, nil, 0)
@@ -244,14 +239,14 @@ public final class Connection {
 
         // Read: each statement's results end with a NULL; the batch ends with PIPELINE_SYNC.
         var results: [Result<QueryResult, any Error>] = []
-        var prepared: [(sql: String, name: String)] = []
+        var prepared: [(sql: String, name: String, persists: Bool)] = []
         for (index, query) in queries.enumerated() {
             var failure: (any Error)?
-            if let name = fresh[index] {
+            if let (name, persists) = fresh[index] {
                 if let error = error(of: try readStatementResult()) {
                     failure = error
                 } else {
-                    prepared.append((query.sql, name))
+                    prepared.append((query.sql, name, persists))
                 }
             }
             let result = try readStatementResult()
@@ -266,7 +261,7 @@ public final class Connection {
         PQclear(sync)
         guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline() }
 
-        for (sql, name) in prepared { statements.insert(sql, name: name) }
+        for (sql, name, persists) in prepared { statements.insert(sql, name: name, persists: persists) }
         // Only the first failure is the server's verdict; the rest were skipped because of it.
         guard let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } }),
               case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }

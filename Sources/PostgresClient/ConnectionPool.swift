@@ -124,9 +124,6 @@ public final class ConnectionPool: Sendable {
         }
     }
 
-    /// True once `close` has been called.
-    public var isClosed: Bool { state.withLock { $0.closed } }
-
     // MARK: - Checkout
 
     private enum Checkout {
@@ -277,7 +274,7 @@ extension ConnectionPool {
             if connection.sessionMayBeDirty {
                 do { try connection.resetSession() } catch { self.connection = nil; return }
             }
-            if connection.hasReleasedStatements { connection.closeReleasedStatements() }
+            connection.closeReleasedStatements()
         }
 
         /// Cancels what the current borrower runs, whoever it is (shutdown).

@@ -32,6 +32,15 @@ public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConve
     }
 
     public var description: String { message }
+
+    /// The client error in `error`, also when a transaction phase wraps it.
+    public static func find(in error: any Error) -> PostgresClientError? {
+        switch error {
+        case let error as PostgresClientError: return error
+        case let error as TransactionError: return find(in: error.underlying)
+        default: return nil
+        }
+    }
 }
 
 /// A value could not be decoded into the requested Swift type. Names the column and the types, never the value.

@@ -37,22 +37,9 @@ enum SessionState {
             rest = rest[range.upperBound...]
             guard let close = rest.firstIndex(of: ")") else { return false }
             let arguments = rest[..<close].split(separator: ",")
-            guard arguments.count == 3, arguments[2].trimmingCharacters(in: .whitespaces) == "true" else { return false }
+            guard arguments.count == 3, arguments[2].filter({ !$0.isWhitespace }) == "true" else { return false }
             rest = rest[close...]
         }
         return true
     }
-}
-
-private extension Substring {
-    func trimmingCharacters(in set: Set<Character>) -> Substring {
-        var result = self
-        while let first = result.first, set.contains(first) { result.removeFirst() }
-        while let last = result.last, set.contains(last) { result.removeLast() }
-        return result
-    }
-}
-
-private extension Set where Element == Character {
-    static let whitespaces: Set<Character> = [" ", "\n", "\t", "\r"]
 }

@@ -17,6 +17,8 @@ struct StatementCache {
 
     private struct Entry {
         let name: String
+        /// `SessionState.mayPersist` of the SQL, computed once.
+        let persists: Bool
         var lastUsed: UInt64
     }
 
@@ -28,13 +30,13 @@ struct StatementCache {
 
     var count: Int { entries.count }
 
-    /// The name `sql` is prepared under, marking it recently used.
-    mutating func name(for sql: String) -> String? {
+    /// The name `sql` is prepared under and whether it may leave session state, marking it recently used.
+    mutating func lookup(_ sql: String) -> (name: String, persists: Bool)? {
         guard var entry = entries[sql] else { return nil }
         clock += 1
         entry.lastUsed = clock
         entries[sql] = entry
-        return entry.name
+        return (entry.name, entry.persists)
     }
 
     /// A name that has never been used on this connection.
@@ -44,14 +46,14 @@ struct StatementCache {
     }
 
     /// Records that `sql` is prepared as `name`, evicting the least recently used entry when full.
-    mutating func insert(_ sql: String, name: String) {
+    mutating func insert(_ sql: String, name: String, persists: Bool) {
         if entries.count >= capacity, entries[sql] == nil,
            let oldest = entries.min(by: { $0.value.lastUsed < $1.value.lastUsed }) {
             entries[oldest.key] = nil
             namesToClose.append(oldest.value.name)
         }
         clock += 1
-        entries[sql] = Entry(name: name, lastUsed: clock)
+        entries[sql] = Entry(name: name, persists: persists, lastUsed: clock)
     }
 
     /// Forgets one statement (its plan went stale: 0A000) and closes it later.
@@ -72,7 +74,4 @@ struct StatementCache {
         namesToClose.removeAll()
         needsDeallocateAll = false
     }
-
-    /// A prepared name that was sent but failed to prepare is simply never recorded; nothing to close.
-    func contains(_ sql: String) -> Bool { entries[sql] != nil }
 }
