@@ -18,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        // SHA-256 for device keys and migration checksums; jwt-kit builds it anyway.
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.1.0"),
     ],
     targets: [
         // The C boundary: only PostgresClient imports this.
@@ -37,6 +39,7 @@ let package = Package(
             name: "PoopyPalsData",
             dependencies: [
                 "PostgresClient",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
@@ -85,7 +88,10 @@ let package = Package(
         ),
         .testTarget(
             name: "PoopyPalsHTTPTests",
-            dependencies: ["PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals"]
+            dependencies: [
+                "PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(
             name: "PoopyPalsDataTests",

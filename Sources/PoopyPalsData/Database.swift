@@ -41,15 +41,17 @@ public final class Database: Sendable {
     /// Each statement is bounded by `timeouts` (SQLSTATE 57014 or 55P03 when exceeded).
     /// - Throws: the work's error (after rollback); `TransactionError` naming the phase for begin/commit;
     ///   `PostgresClientError` when no connection could be had.
+    ///
+    /// With `snapshot: true` the transaction is REPEATABLE READ READ ONLY: every statement sees one state.
     @discardableResult
     public func asDevice<T: Sendable>(
-        _ device: DeviceID, idempotent: Bool = false,
+        _ device: DeviceID, idempotent: Bool = false, snapshot: Bool = false,
         _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
         return try await withRetries(idempotent: idempotent) {
             try await self.pool.withConnection { connection in
-                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts)
+                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts, snapshot: snapshot)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)

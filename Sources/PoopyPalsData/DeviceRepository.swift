@@ -16,26 +16,77 @@ public struct DeviceRepository: Sendable {
     }
 
     /// Inserts or updates the calling device (meant for every launch): one statement, one round trip.
-    /// - Throws: `InvalidField` before anything is sent; `PostgresError` otherwise.
+    /// A new device must have a strong (random, version 4) id; a device registered before that rule with
+    /// another kind keeps working, but no new one is created with it.
+    /// - Throws: `InvalidField` before anything is sent; `RepositoryError.weakDeviceID` for a weak id that
+    ///   is not registered; `PostgresError` otherwise.
     public func register(_ info: DeviceInfo, as device: DeviceID) async throws -> Registration {
         try info.validate()
+        let strong = device.isStrong
         return try await database.asDevice(device, idempotent: true) { tx in
-            let row = try tx.finalQuery("""
-                INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator)
-                VALUES (\(device.uuid), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator))
-                ON CONFLICT (id) DO UPDATE SET
-                    model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version,
-                    build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now()
-                RETURNING \(unescaped: Device.columns), (xmax = 0) AS inserted
-                """)[0]
-            return Registration(device: try Device(row: row), created: try row.decode("inserted"))
+            let rows = if strong {
+                try tx.finalQuery("""
+                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator)
+                    VALUES (\(device.key), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator))
+                    ON CONFLICT (id) DO UPDATE SET
+                        model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version,
+                        build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now()
+                    RETURNING \(unescaped: Device.columns), (xmax = 0) AS inserted
+                    """)
+            } else {
+                try tx.finalQuery("""
+                    UPDATE devices SET model = \(info.model), os_version = \(info.osVersion), app_version = \(info.appVersion),
+                        build_number = \(info.buildNumber), is_simulator = \(info.isSimulator), last_seen_at = now()
+                    RETURNING \(unescaped: Device.columns), false AS inserted
+                    """)
+            }
+            guard let row = rows.first else { throw RepositoryError.weakDeviceID }
+            return Registration(device: try Device(row: row, id: device), created: try row.decode("inserted"))
         }
     }
 
     /// The calling device's row, or nil before it registered.
     public func current(as device: DeviceID) async throws -> Device? {
         try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first.map(Device.init(row:))
+            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first.map { try Device(row: $0, id: device) }
+        }
+    }
+
+    /// Moves the calling device, with its logs, tombstones, profile link and sync state, to `newID`, in one
+    /// transaction and one round trip (sql/0010). Afterwards `device` is an unknown device.
+    /// - Throws: `RepositoryError.weakDeviceID` (before anything is sent) when `newID` is not a random UUID;
+    ///   `.deviceNotRegistered` when `device` is unknown; `.deviceIDInUse` when `newID` is registered (nothing
+    ///   changes); `PostgresError` otherwise. Not retried: after a lost COMMIT the outcome is read by using
+    ///   `newID`.
+    public func rotate(as device: DeviceID, to newID: DeviceID) async throws -> Device {
+        guard newID.isStrong else { throw RepositoryError.weakDeviceID }
+        return try await database.asDevice(device) { tx in
+            let row = try tx.finalQuery("""
+                SELECT outcome, \(unescaped: Device.columns) FROM poopypals_rotate_device(\(newID.key))
+                """)[0]
+            switch try row.decode("outcome", as: String.self) {
+            case "rotated": return try Device(row: row, id: newID)
+            case "in_use": throw RepositoryError.deviceIDInUse
+            default: throw RepositoryError.deviceNotRegistered
+            }
+        }
+    }
+
+    /// What `erase(as:)` deleted.
+    public struct Erasure: Sendable, Equatable {
+        public let logs: Int64
+        /// True when the device's profile was deleted too (no other device linked to it).
+        public let profileErased: Bool
+    }
+
+    /// Deletes the calling device, its logs, tombstones and sync history, and its profile when no other device
+    /// links to it, in one transaction (sql/0010). Nil when the device is not registered (nothing to erase).
+    /// - Throws: `PostgresError`.
+    public func erase(as device: DeviceID) async throws -> Erasure? {
+        try await database.asDevice(device, idempotent: true) { tx in
+            let row = try tx.finalQuery("SELECT erased, logs, profile_erased FROM poopypals_erase_device()")[0]
+            guard try row.decode("erased", as: Bool.self) else { return nil }
+            return Erasure(logs: try row.decode("logs"), profileErased: try row.decode("profile_erased"))
         }
     }
 }

@@ -14,15 +14,17 @@ public final class DeviceTransaction {
     /// True after `finalQuery`: the transaction is over.
     private(set) var isFinished = false
 
-    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default) {
+    /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
+    ///   work that reads in several round trips and must see one consistent state (an export).
+    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default, snapshot: Bool = false) {
         self.connection = connection
         self.device = device
         prefix = [
-            "BEGIN",
+            snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN",
             // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
             // Every value is bound, never spliced in.
             """
-            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.uuid.uuidString), true), \
+            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.key.uuidString), true), \
             set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
             set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true)
             """,

@@ -25,6 +25,10 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
     /// A conflicting row exists but this transaction's snapshot cannot see it (REPEATABLE READ or stricter);
     /// retry the transaction.
     case conflictNotVisible
+    /// A new device id (registration or rotation target) is not a random version-4 UUID.
+    case weakDeviceID
+    /// The rotation's new device id is already registered.
+    case deviceIDInUse
 
     public var description: String {
         switch self {
@@ -33,6 +37,8 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
         case .userNotFound: return "no such user"
         case .emailInUse: return "this email address belongs to another account"
         case .conflictNotVisible: return "a concurrent change conflicts with this transaction; retry it"
+        case .weakDeviceID: return "a new device id must be a random (version 4) UUID"
+        case .deviceIDInUse: return "the new device id is already registered"
         }
     }
 }

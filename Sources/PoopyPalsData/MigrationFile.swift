@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// One file `sql/NNNN_snake_name.sql`.
@@ -50,7 +51,9 @@ public struct MigrationFile: Sendable, Equatable {
             return line
         }
         while let last = lines.last, last.isEmpty { lines.removeLast() }
-        return SHA256.hex(lines.joined(separator: "\n").utf8)
+        let digest = SHA256.hash(data: Array(lines.joined(separator: "\n").utf8))
+        let hex = Array("0123456789abcdef".utf8)
+        return String(decoding: digest.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 0x0f)]] }, as: UTF8.self)
     }
 
     /// Reads every `.sql` file of `directory`, sorted by version.

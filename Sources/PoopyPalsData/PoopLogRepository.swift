@@ -65,7 +65,7 @@ public struct PoopLogRepository: Sendable {
                 let rows = try tx.finalQuery("""
                     WITH inserted AS (
                         INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-                        VALUES (\(id), \(device.uuid), \(new.occurredAt), \(new.bristolType), \(new.notes))
+                        VALUES (\(id), \(device.key), \(new.occurredAt), \(new.bristolType), \(new.notes))
                         ON CONFLICT (id) DO NOTHING
                         RETURNING \(unescaped: PoopLog.columns)
                     )

@@ -45,8 +45,19 @@ public struct RLSAudit: Sendable {
         ]
     }
 
-    /// `users` (sql/0008): a device reads and updates the user it is linked to; the profile function's role
-    /// reads, creates and updates profiles; nobody deletes.
+    /// `devices` beyond its four device policies (sql/0010): the profile role's functions read, move (rotation)
+    /// and erase devices.
+    public static let deviceProfilePolicies: [ExpectedPolicy] = {
+        let profiles = "(CURRENT_USER = 'poopypals_profiles'::name)"
+        return [
+            ExpectedPolicy(name: "Profiles can read devices", command: "r", roles: ["poopypals_profiles"], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can move devices", command: "w", roles: ["poopypals_profiles"], using: profiles, check: profiles),
+            ExpectedPolicy(name: "Profiles can erase devices", command: "d", roles: ["poopypals_profiles"], using: profiles, check: nil),
+        ]
+    }()
+
+    /// `users` (sql/0008, 0010): a device reads and updates the user it is linked to; the profile function's
+    /// role reads, creates, updates and erases profiles.
     public static let userPolicies: [ExpectedPolicy] = {
         let linked = "(id = ( SELECT d.user_id FROM devices d WHERE (d.id = \(currentDevice))))"
         let profiles = "(CURRENT_USER = 'poopypals_profiles'::name)"
@@ -56,6 +67,7 @@ public struct RLSAudit: Sendable {
             ExpectedPolicy(name: "Profiles can read users", command: "r", roles: ["poopypals_profiles"], using: profiles, check: nil),
             ExpectedPolicy(name: "Profiles can create users", command: "a", roles: ["poopypals_profiles"], using: nil, check: profiles),
             ExpectedPolicy(name: "Profiles can update users", command: "w", roles: ["poopypals_profiles"], using: profiles, check: profiles),
+            ExpectedPolicy(name: "Profiles can erase users", command: "d", roles: ["poopypals_profiles"], using: profiles, check: nil),
         ]
     }()
 
@@ -107,7 +119,8 @@ public struct RLSAudit: Sendable {
             record("\(name): not owned by \(serviceRole)", try table.decode("owner", as: String.self) == serviceRole
                    ? "owned by the service role, which therefore bypasses unforced policies" : nil)
             let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies
-                : Self.devicePolicies(column: try table.decode("keyed_by_id", as: Bool.self) ? "id" : "device_id")
+                : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(column: "id") + Self.deviceProfilePolicies
+                : Self.devicePolicies(column: "device_id")
             let policies = try connection.query("""
                 SELECT polname, polcmd::text AS command, polpermissive,
                        pg_get_expr(polqual, polrelid) AS using_expression, pg_get_expr(polwithcheck, polrelid) AS check_expression,
@@ -158,6 +171,33 @@ public struct RLSAudit: Sendable {
             record("get_current_device_id() is NULL without a device", nulls ? nil : "returns a value without a device")
         } else {
             record("get_current_device_id() is NULL without a device", "the function does not exist")
+        }
+
+        // A SECURITY DEFINER function runs with its owner's rights for whoever may call it: the owner must be a
+        // role nobody logs in as, without superuser or BYPASSRLS; search_path must be fixed (or a caller's
+        // objects would be found first); and PUBLIC must not be able to call it.
+        let definers = try connection.query("""
+            SELECT p.oid::regprocedure::text AS name, r.rolcanlogin, r.rolsuper, r.rolbypassrls,
+                   coalesce(EXISTS (SELECT FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%'), false) AS fixed_path,
+                   p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) a WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute
+            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_roles r ON r.oid = p.proowner
+            WHERE p.prosecdef AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND pg_function_is_visible(p.oid)
+            ORDER BY 1
+            """)
+        for function in definers {
+            let name: String = try function.decode("name")
+            let problem: String? = if try function.decode("rolcanlogin", as: Bool.self) {
+                "owned by a role that can log in"
+            } else if try function.decode("rolsuper", as: Bool.self) || function.decode("rolbypassrls", as: Bool.self) {
+                "owned by a superuser or a BYPASSRLS role"
+            } else if !(try function.decode("fixed_path", as: Bool.self)) {
+                "search_path is not fixed (SET search_path)"
+            } else if try function.decode("public_execute", as: Bool.self) {
+                "PUBLIC may execute it"
+            } else {
+                nil
+            }
+            record("SECURITY DEFINER \(name): NOLOGIN owner, fixed search_path, not executable by PUBLIC", problem)
         }
 
         let role = try connection.query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = \(serviceRole)")

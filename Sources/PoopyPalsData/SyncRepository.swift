@@ -124,7 +124,7 @@ public struct SyncRepository: Sendable {
             } else {
                 let inserted = try tx.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-                    VALUES (\(id), \(tx.device.uuid), \(occurredAt), \(bristolType), \(notes))
+                    VALUES (\(id), \(tx.device.key), \(occurredAt), \(bristolType), \(notes))
                     ON CONFLICT (id) DO NOTHING RETURNING id
                     """)
                 if !inserted.isEmpty {

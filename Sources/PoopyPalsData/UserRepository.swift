@@ -78,7 +78,7 @@ public struct UserRepository: Sendable {
             guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first else {
                 throw RepositoryError.deviceNotRegistered
             }
-            return (profile, try Device(row: row))
+            return (profile, try Device(row: row, id: tx.device))
         }
     }
 

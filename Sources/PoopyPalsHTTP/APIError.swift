@@ -33,6 +33,8 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     static func unauthorized(_ code: String, _ message: String) -> APIError { APIError(.unauthorized, code, message) }
     static func invalid(_ field: String, _ reason: String) -> APIError { APIError(.badRequest, "invalid_field", "\(field): \(reason)") }
     static let notFound = APIError(.notFound, "not_found", "no such resource")
+    static let weakDeviceID = APIError(.badRequest, "weak_device_id",
+                                       "a new device id must be a random (version 4) UUID, such as UUID() makes")
 
     /// The API's answer for any error thrown below it.
     static func from(_ error: any Error) -> APIError {
@@ -49,6 +51,8 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .userNotFound: return .notFound
             case .emailInUse: return APIError(.conflict, "email_in_use", "this email address belongs to another account")
             case .conflictNotVisible: return APIError(.conflict, "retry", error.description)
+            case .weakDeviceID: return .weakDeviceID
+            case .deviceIDInUse: return APIError(.conflict, "device_id_in_use", "the new device id is already registered; nothing was changed")
             }
         case let error as SyncError:
             switch error {

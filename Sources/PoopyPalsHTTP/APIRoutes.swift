@@ -41,11 +41,14 @@ struct APIRoutes: Sendable {
         router.get("/healthz", use: health)
         router.get("/readyz", use: ready)
         SyncRoutes(sync: SyncRepository(database: database)).register(on: router)
+        DataRightsRoutes(database: database).register(on: router)
     }
 
     // MARK: Device
 
     @Sendable func putDevice(_ request: Request, context: APIContext) async throws -> Response {
+        // The nil UUID is no device's id: as a new registration it is the weakest id there is.
+        if request.headers[.deviceID].flatMap(UUID.init(uuidString:)) == DeviceID.nilUUID { throw APIError.weakDeviceID }
         let device = try DeviceID(validating: request.headers[.deviceID])
         let body = try await JSONBody.read(request, context: context,
                                            allowed: ["model", "osVersion", "appVersion", "buildNumber", "isSimulator"],

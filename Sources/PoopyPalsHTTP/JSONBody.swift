@@ -116,14 +116,21 @@ enum JSONValue: Decodable, Equatable {
 
 /// JSON responses: camelCase keys, ISO 8601 UTC timestamps with their fractional seconds.
 enum JSONResponse {
-    static func make(_ status: HTTPResponse.Status, _ value: some Encodable) throws -> Response {
+    static let contentType = "application/json; charset=utf-8"
+
+    /// The API's JSON: sorted keys, timestamps as `Timestamp` formats them.
+    static func encode(_ value: some Encodable) throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(try Timestamp.format(date))
         }
-        let data = try encoder.encode(value)
+        return try encoder.encode(value)
+    }
+
+    static func make(_ status: HTTPResponse.Status, _ value: some Encodable) throws -> Response {
+        let data = try encode(value)
         return Response(status: status, headers: [.contentType: "application/json; charset=utf-8"],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
     }

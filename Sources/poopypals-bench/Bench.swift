@@ -94,7 +94,8 @@ struct Bench: AsyncParsableCommand {
         }
 
         let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
-                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http)
+                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http,
+                            keyDerivationNanoseconds: Report.measureKeyDerivation())
         print("\n" + report.markdown)
         try report.write(json: json)
         if let readme { try report.replaceResults(in: readme) }
@@ -121,7 +122,7 @@ struct Bench: AsyncParsableCommand {
                         'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n
                     """)
                 try conn.execute("""
-                    INSERT INTO devices (id, user_id, model) SELECT ('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid,
+                    INSERT INTO devices (id, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
                         ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
                     """)
                 try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")

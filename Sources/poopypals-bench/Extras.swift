@@ -21,7 +21,7 @@ enum Scaling {
                     """)
                 try conn.execute("""
                     INSERT INTO poop_logs (device_id, occurred_at, bristol_type, change_seq)
-                    SELECT ('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid,
+                    SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid),
                            now() - (n || ' seconds')::interval, 1 + n % 7, 1 + n / \(devices)
                     FROM generate_series(1, \(rows)) AS n
                     """)

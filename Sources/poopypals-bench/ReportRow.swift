@@ -1,4 +1,5 @@
 import Foundation
+import PoopyPalsData
 
 /// One scenario at one concurrency, over all rounds.
 struct ReportRow: Encodable {
@@ -31,6 +32,23 @@ struct Report: Encodable {
     let scenarios: [ReportRow]
     let scaling: [ScalingRow]
     let http: [HTTPRow]
+    /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
+    let keyDerivationNanoseconds: Double
+
+    /// Times `DeviceID(validating:)` on one thread: what every request pays before it is sent.
+    static func measureKeyDerivation(iterations: Int = 200_000) -> Double {
+        let ids = (0..<1000).map { _ in UUID().uuidString }
+        var sink = 0
+        let clock = ContinuousClock()
+        let elapsed = clock.measure {
+            for index in 0..<iterations {
+                if let device = try? DeviceID(validating: ids[index % ids.count]) { sink &+= Int(device.key.uuid.0) }
+            }
+        }
+        if sink == -1 { print(sink) }  // keeps the loop from being optimised away
+        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
+        return nanoseconds / Double(iterations)
+    }
 
     static func machine() -> String {
         let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
@@ -43,6 +61,8 @@ struct Report: Encodable {
         text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ratio (min–max) | ours p50 / p99 | round trips |\n"
         text += "|---|---|---|---|---|---|---|\n"
         text += scenarios.map(\.line).joined(separator: "\n") + "\n"
+        text += String(format: "\nDevice key derivation (`DeviceID(validating:)`: parse, SHA-256; once per request, on the client): %.2f µs.\n",
+                       keyDerivationNanoseconds / 1000)
         if !scaling.isEmpty {
             text += "\nScaling of “list 20 newest logs” (concurrency 8):\n\n| rows | ops/s | p99 |\n|---|---|---|\n"
             text += scaling.map { String(format: "| %d | %.0f | %.2f ms |", $0.rows, $0.measurement.opsPerSecond, $0.measurement.p99Milliseconds ?? 0) }

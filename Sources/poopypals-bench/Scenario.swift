@@ -39,10 +39,12 @@ struct Scenario: Sendable {
         return "00000000-0000-4000-\(group)-" + String(repeating: "0", count: 12 - digits.count) + digits
     }
 
-    static let pgDevice = "('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))"
+    /// The key of seeded device n (sql/0010). pgbench cannot hash, so its script derives the key on the server
+    /// (`poopypals_device_key`, about a microsecond of server CPU per call), where our client derives it.
+    static let pgDevice = "poopypals_device_key(('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))::uuid)"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
     /// What `DeviceTransaction` sends first (the default time limits: 5 s and 2 s).
-    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice), true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
+    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice)::text, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
 
     static func pipelined(_ devices: Int, _ statement: String) -> String {
         """
@@ -74,7 +76,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "register existing device",
                 pgbenchScript: pipelined(devices, """
-                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() RETURNING id, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
+                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.devices.register(

@@ -5,8 +5,8 @@ import PostgresClient
 
 struct Users: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Repair user data.",
-        subcommands: [MergeDuplicates.self]
+        abstract: "Repair and erase user data.",
+        subcommands: [MergeDuplicates.self, Erase.self]
     )
 }
 
@@ -47,6 +47,47 @@ extension Users {
             print("\(verb) \(report.groups.count) group\(report.groups.count == 1 ? "" : "s"): \(report.usersMerged) users merged, "
                   + "\(report.totalReferencesMoved) references moved\(moved.isEmpty ? "" : " (\(moved))"), "
                   + "\(report.emailsNormalized) email\(report.emailsNormalized == 1 ? "" : "s") normalised.")
+            if dryRun { print("Dry run: nothing was changed.") }
+        }
+    }
+}
+
+extension Users {
+    struct Erase: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Erase a person's profile, every device linked to it and all their logs (an erasure request by email).",
+            discussion: """
+                One transaction. Prints counts, never the data. Exit status: 0 erased (or nothing to erase, \
+                which is said); 1 no profile has this email; 2 failed, nothing was changed.
+                """)
+
+        @OptionGroup var connection: ConnectionOptions
+
+        @Option(help: "The profile's email address (trimmed and lower-cased as the service stores it).")
+        var email: String
+
+        @Flag(help: "Count what would be erased; change nothing.")
+        var dryRun = false
+
+        func validate() throws {
+            do { _ = try Email(email) } catch { throw ValidationError("--email: \(error.reason)") }
+        }
+
+        func run() throws {
+            let connection = try connection.connect()
+            let report: UserErasure.Report
+            do {
+                report = try UserErasure().run(on: connection, email: email, dryRun: dryRun)
+            } catch {
+                fail("erasing failed; nothing was changed: \(error)", status: .checkFailed)
+            }
+            let redacted = (try? Email(email).redacted) ?? "***"
+            guard report.users > 0 else {
+                print("No profile has the email \(redacted): nothing to erase.")
+                throw ExitCode(ExitStatus.problem.rawValue)
+            }
+            print("\(dryRun ? "Would erase" : "Erased") the profile of \(redacted): 1 profile, \(report.devices) device\(report.devices == 1 ? "" : "s"), "
+                  + "\(report.logs) log\(report.logs == 1 ? "" : "s").")
             if dryRun { print("Dry run: nothing was changed.") }
         }
     }

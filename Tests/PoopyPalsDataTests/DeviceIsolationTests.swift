@@ -18,14 +18,14 @@ enum Route: String, CaseIterable, Sendable {
 enum Seed {
     static func device(_ database: Database, _ id: UUID) async throws {
         try await database.asDevice(DeviceID(id)) { tx in
-            try tx.finalQuery("INSERT INTO devices (id, model) VALUES (\(id), 'test phone')")
+            try tx.finalQuery("INSERT INTO devices (id, model) VALUES (\(id.deviceKey), 'test phone')")
         }
     }
 
     static func log(_ database: Database, _ device: UUID, bristol: Int = 4) async throws -> UUID {
         try await database.asDevice(DeviceID(device)) { tx in
             try tx.finalQuery("""
-                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device), now(), \(bristol))
+                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.deviceKey), now(), \(bristol))
                 RETURNING id
                 """)[0].decode("id", as: UUID.self)
         }
@@ -99,7 +99,7 @@ struct DeviceIsolationTests {
             // INSERT for another device: WITH CHECK refuses it with 42501.
             let insert = await #expect(throws: PostgresError.self) {
                 try await database.asDevice(DeviceID(a)) { tx in
-                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(b), now(), 3)")
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(b.deviceKey), now(), 3)")
                 }
             }
             #expect(insert?.sqlState == .insufficientPrivilege)
@@ -111,7 +111,7 @@ struct DeviceIsolationTests {
             #expect(foreignUpdate == 0)
             let move = await #expect(throws: PostgresError.self) {
                 try await database.asDevice(DeviceID(a)) { tx in
-                    try tx.finalQuery("UPDATE poop_logs SET device_id = \(b) WHERE id = \(logA)")
+                    try tx.finalQuery("UPDATE poop_logs SET device_id = \(b.deviceKey) WHERE id = \(logA)")
                 }
             }
             #expect(move?.sqlState == .insufficientPrivilege)
@@ -145,8 +145,8 @@ struct DeviceIsolationTests {
             try await Seed.device(database, a)
             try await Seed.device(database, b)
 
-            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices") == [a])
-            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices WHERE id = \(b)") == [])
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices") == [a.deviceKey])
+            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices WHERE id = \(b.deviceKey)") == [])
 
             let insertOther = await #expect(throws: PostgresError.self) {
                 try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(UUID()))") }
@@ -154,27 +154,27 @@ struct DeviceIsolationTests {
             #expect(insertOther?.sqlState == .insufficientPrivilege)
 
             let foreignUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE id = \(b)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE id = \(b.deviceKey)").rowsAffected
             }
             #expect(foreignUpdate == 0)
             let renumber = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("UPDATE devices SET id = \(UUID()) WHERE id = \(a)") }
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("UPDATE devices SET id = \(UUID()) WHERE id = \(a.deviceKey)") }
             }
             #expect(renumber?.sqlState == .insufficientPrivilege)
             let ownUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE id = \(a)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE id = \(a.deviceKey)").rowsAffected
             }
             #expect(ownUpdate == 1)
 
             let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("DELETE FROM devices WHERE id = \(b)").rowsAffected
+                try tx.finalQuery("DELETE FROM devices WHERE id = \(b.deviceKey)").rowsAffected
             }
             #expect(foreignDelete == 0)
             let modelB = try await database.asDevice(DeviceID(b)) { tx in
                 try tx.finalQuery("SELECT model FROM devices")[0].decode(0, as: String.self)
             }
             #expect(modelB == "test phone")
-            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE id = \(a)").rowsAffected }
+            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE id = \(a.deviceKey)").rowsAffected }
             #expect(ownDelete == 1)
             await database.pool.close()
         }
@@ -202,7 +202,7 @@ struct DeviceIsolationTests {
                             let rows = try await database.asDevice(DeviceID(device)) { tx in
                                 try tx.finalQuery("SELECT device_id FROM poop_logs ORDER BY occurred_at").map { try $0.decode(0, as: UUID.self) }
                             }
-                            let foreign = rows.filter { $0 != device }.count
+                            let foreign = rows.filter { $0 != device.deviceKey }.count
                             return foreign + (rows.count == 1 + index % 4 ? 0 : 1)
                         }
                     }
@@ -276,7 +276,7 @@ struct DeviceIsolationTests {
             // The owner's own connection, device context set but no switch to the service role.
             let counts = try await db.rolledBack { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('app.device_id', \(a.uuidString), true)")
+                    try conn.query("SELECT set_config('app.device_id', \(a.deviceKey.uuidString), true)")
                     let forced = try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)
                     try conn.executeScript("ALTER TABLE poop_logs NO FORCE ROW LEVEL SECURITY")
                     let unforced = try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -125,20 +126,6 @@ enum ForgedToken {
     }
 
     static func hmacSHA256(key: [UInt8], message: [UInt8]) -> Data {
-        var block = key.count > 64 ? bytes(SHA256.hex(key)) : key
-        block += [UInt8](repeating: 0, count: 64 - block.count)
-        let inner = bytes(SHA256.hex(block.map { $0 ^ 0x36 } + message))
-        return Data(bytes(SHA256.hex(block.map { $0 ^ 0x5c } + inner)))
-    }
-
-    private static func bytes(_ hex: String) -> [UInt8] {
-        var result: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex {
-            let next = hex.index(index, offsetBy: 2)
-            result.append(UInt8(hex[index..<next], radix: 16)!)
-            index = next
-        }
-        return result
+        Data(HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: key)))
     }
 }

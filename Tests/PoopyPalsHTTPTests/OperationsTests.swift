@@ -124,7 +124,7 @@ struct OperationsTests {
         let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
         let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
         #expect(routed == OpenAPIPaths.operations(in: spec))
-        #expect(routed.count == 13)
+        #expect(routed.count == 16)
     }
 }
 

@@ -67,7 +67,7 @@ struct ServeBinaryTests {
             // The cancelled upload did not commit (row-level security is forced: look as the device).
             let logs = try await db.withConnection { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('app.device_id', \(device), true)")
+                    try conn.query("SELECT set_config('app.device_id', \(UUID(uuidString: device)!.deviceKey.uuidString), true)")
                     return try conn.query("SELECT count(*) FROM poop_logs")[0].decode(0, as: Int.self)
                 }
             }

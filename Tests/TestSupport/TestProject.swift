@@ -1,4 +1,5 @@
 import Foundation
+import PoopyPalsData
 import PostgresClient
 
 /// Paths and processes of the project under test.
@@ -89,4 +90,9 @@ extension TestDatabase {
         }
         return base + " dbname=" + name
     }
+}
+
+extension UUID {
+    /// What the database stores for a device with this id (sql/0010): tests that write SQL by hand use it.
+    public var deviceKey: UUID { DeviceID.key(of: self) }
 }

@@ -1,0 +1,45 @@
+import PostgresClient
+
+/// Everything stored for the calling device, read from one consistent snapshot and handed over in bounded
+/// batches as it is read, so that exporting a device of any size costs the service a bounded amount of memory.
+public struct DeviceExport: Sendable {
+    /// One piece of an export, in order: the header once, then the logs, oldest first, in batches.
+    public enum Part: Sendable {
+        case header(device: Device, profile: User?)
+        case logs([PoopLog])
+    }
+
+    let database: Database
+    /// Logs per batch: a round trip per batch, and the most rows held at once.
+    public let batchSize: Int
+
+    public init(database: Database, batchSize: Int = 500) {
+        self.database = database
+        self.batchSize = max(1, min(batchSize, 10_000))
+    }
+
+    /// Reads the export and calls `consume` with each part on the connection's thread. `consume` may block
+    /// (to wait for a slow reader) and may throw to stop; the transaction is then rolled back.
+    /// - Returns: false when the device is not registered (then `consume` was never called).
+    /// - Throws: what `consume` throws; `PostgresError` otherwise.
+    public func run(as device: DeviceID, _ consume: @escaping @Sendable (Part) throws -> Void) async throws -> Bool {
+        let fetch: PostgresQuery = "FETCH \(unescaped: String(batchSize)) FROM poopypals_export"
+        return try await database.asDevice(device, snapshot: true) { tx in
+            // REPEATABLE READ: the device, its profile and every batch of the cursor see the same state.
+            guard let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices").first else { return false }
+            let profile = try tx.query("SELECT \(unescaped: User.columns) FROM users").first.map(User.init(row:))
+            try consume(.header(device: try Device(row: deviceRow, id: device), profile: profile))
+            try tx.query("""
+                DECLARE poopypals_export NO SCROLL CURSOR FOR
+                SELECT \(unescaped: PoopLog.columns) FROM poop_logs ORDER BY occurred_at, id
+                """)
+            while true {
+                let rows = try tx.query(fetch)
+                if rows.isEmpty { break }
+                try consume(.logs(try rows.map(PoopLog.init(row:))))
+                if rows.count < batchSize { break }
+            }
+            return true
+        }
+    }
+}
