@@ -1,9 +1,14 @@
 # Build with the Swift image and libpq-dev; run on a slim Debian with libpq only.
-ARG SWIFT_VERSION=6.1
+# Swift 6.2 or newer: the dependency minimums (swift-log 1.16.2, hummingbird 2.28.1, jwt-kit 5.7.1) declare
+# swift-tools-version 6.2.
+ARG SWIFT_VERSION=6.2
 FROM swift:${SWIFT_VERSION}-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev pkg-config && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# Dependencies first, in a layer of their own: editing a source file does not fetch them again.
+# Package.resolved is not in the repository (see README), so this resolves the newest allowed versions.
 COPY Package.swift ./
+RUN swift package resolve
 COPY Sources ./Sources
 COPY Tests ./Tests
 RUN swift build -c release --product poopypals --static-swift-stdlib \

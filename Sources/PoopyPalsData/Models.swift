@@ -89,6 +89,17 @@ public struct PoopLog: Sendable, Equatable, Codable {
     /// The database's limit on notes, in characters (code points, as `char_length` counts).
     public static let notesLimit = 2000
 
+    /// `occurredAt` as stored (sql/0011): to the whole second, rounded down. Timestamps in responses are whole
+    /// seconds too, so a value read and sent back is the same value.
+    public static func storedTime(_ date: Date) -> Date {
+        Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
+    }
+
+    /// Notes as stored: an empty string is no notes (NULL), so that `"notes": ""` clears them.
+    public static func storedNotes(_ notes: String?) -> String? {
+        notes?.isEmpty == true ? nil : notes
+    }
+
     init(row: Row) throws {
         id = try row.decode("id")
         occurredAt = try row.decode("occurred_at")

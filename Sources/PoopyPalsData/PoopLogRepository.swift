@@ -8,11 +8,12 @@ public struct NewPoopLog: Sendable, Equatable {
     public var bristolType: Int
     public var notes: String?
 
+    /// `occurredAt` is kept to the whole second and empty notes are no notes (see `PoopLog.stored…`).
     public init(id: UUID? = nil, occurredAt: Date, bristolType: Int, notes: String? = nil) {
         self.id = id
-        self.occurredAt = occurredAt
+        self.occurredAt = PoopLog.storedTime(occurredAt)
         self.bristolType = bristolType
-        self.notes = notes
+        self.notes = PoopLog.storedNotes(notes)
     }
 }
 
@@ -24,10 +25,11 @@ public struct PoopLogPatch: Sendable, Equatable {
     public var bristolType: Int?
     public var notes: Notes?
 
+    /// `occurredAt` is kept to the whole second; `.set("")` clears, as `.clear` does.
     public init(occurredAt: Date? = nil, bristolType: Int? = nil, notes: Notes? = nil) {
-        self.occurredAt = occurredAt
+        self.occurredAt = occurredAt.map(PoopLog.storedTime)
         self.bristolType = bristolType
-        self.notes = notes
+        self.notes = notes == .set("") ? .clear : notes
     }
 
     var isEmpty: Bool { occurredAt == nil && bristolType == nil && notes == nil }
@@ -160,10 +162,11 @@ public struct PoopLogRepository: Sendable {
         }
     }
 
-    /// Same content as stored: the timestamp compared at PostgreSQL's microsecond resolution.
+    /// Same content as stored: the timestamp compared to the whole second (the stored precision, sql/0011), so
+    /// that a log read from the API and sent again is a replay, not a conflict.
     static func sameContent(_ log: PoopLog, _ new: NewPoopLog) -> Bool {
-        func micros(_ date: Date) -> Double { (date.timeIntervalSince1970 * 1_000_000).rounded() }
-        return micros(log.occurredAt) == micros(new.occurredAt) && log.bristolType == new.bristolType && log.notes == new.notes
+        PoopLog.storedTime(log.occurredAt) == PoopLog.storedTime(new.occurredAt) && log.bristolType == new.bristolType
+            && log.notes == PoopLog.storedNotes(new.notes)
     }
 }
 

@@ -33,8 +33,9 @@ public struct RequestTimeouts: Sendable, Equatable {
         return timeouts
     }
 
-    /// `5s`, `250ms`, `2m`, or a whole number of milliseconds.
-    static func parse(_ text: String, name: String) throws(InvalidField) -> Duration {
+    /// `5s`, `250ms`, `2m`, or a whole number of milliseconds, within `allowed`.
+    /// - Throws: `InvalidField` naming `name`.
+    public static func parse(_ text: String, name: String) throws(InvalidField) -> Duration {
         let units: [(String, Int64)] = [("ms", 1), ("s", 1000), ("m", 60_000)]
         var digits = Substring(text.trimmingCharacters(in: .whitespaces))
         var scale: Int64 = 1

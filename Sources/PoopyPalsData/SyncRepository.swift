@@ -88,6 +88,11 @@ public struct SyncRepository: Sendable {
     ///   `RepositoryError.logIDInUse` when an id belongs to another device; `.deviceNotRegistered`.
     public func push(_ operations: [SyncOperation], as device: DeviceID) async throws -> [(UUID, SyncResult)] {
         guard Self.batchSizes.contains(operations.count) else { throw InvalidField("operations", "must hold 1 to 500 operations") }
+        let operations = operations.map { operation in
+            guard case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion) = operation else { return operation }
+            return SyncOperation.upsert(id: id, occurredAt: PoopLog.storedTime(occurredAt), bristolType: bristolType,
+                                        notes: PoopLog.storedNotes(notes), baseVersion: baseVersion)
+        }
         for (index, operation) in operations.enumerated() {
             guard case .upsert(_, let occurredAt, let bristolType, let notes, let baseVersion) = operation else { continue }
             do {

@@ -102,7 +102,7 @@ struct APIRoutes: Sendable {
         let body = try await JSONBody.read(request, context: context, allowed: ["occurredAt", "bristolType", "notes"],
                                            serverOwned: ["id", "deviceId", "createdAt", "updatedAt"])
         var patch = PoopLogPatch(occurredAt: try body.timestamp("occurredAt"), bristolType: try body.int("bristolType"))
-        if body.isNull("notes") { patch.notes = .clear } else if let notes = try body.string("notes") { patch.notes = .set(notes) }
+        if body.isNull("notes") { patch.notes = .clear } else if let notes = try body.string("notes") { patch.notes = notes.isEmpty ? .clear : .set(notes) }
         guard let log = try await logs.update(id, patch, as: device) else { throw APIError.notFound }
         return try JSONResponse.make(.ok, LogBody(log))
     }

@@ -1,7 +1,9 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import Metrics
+import NIOCore
 import PoopyPalsData
 import PostgresClient
 import Prometheus
@@ -25,6 +27,11 @@ public struct APIConfiguration: Sendable {
     /// `/metrics` listens here, apart from the API (`POOPYPALS_METRICS_PORT`; 0 picks a free port).
     public var metricsHost = "127.0.0.1"
     public var metricsPort = 9464
+    /// A connection that sends nothing for this long is closed: an idle keep-alive connection, or a client
+    /// that stops in the middle of its headers or body (`POOPYPALS_IDLE_TIMEOUT`).
+    public var idleTimeout: Duration = .seconds(30)
+    /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
+    public var maxConnections = 8192
     public var database: ConnectionConfiguration
 
     public init(jwtSecret: String, database: ConnectionConfiguration) {
@@ -73,15 +80,19 @@ func buildApplication(
     let database = Database(pool: pools.requests, timeouts: configuration.timeouts)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let routes = APIRoutes(database: database, probe: pools.probe, tokens: tokens, metrics: registry)
+    // The route templates, to answer a known path with a wrong method 405 and `Allow`.
+    let templates = Router(context: APIContext.self)
+    routes.register(on: templates)
     let router = Router(context: APIContext.self)
     router.middlewares.add(RequestLogMiddleware(logger: logger))
     router.middlewares.add(MetricsMiddleware<APIContext>())
-    router.middlewares.add(ErrorMiddleware())
+    router.middlewares.add(ErrorMiddleware(routes: RouteTable(templates)))
+    router.middlewares.add(StrictQueryMiddleware())
     routes.register(on: router)
 
     // /metrics on a listener of its own (loopback by default): pool sizes and request counts are not for the public.
     let metricsRouter = Router(context: APIContext.self)
-    metricsRouter.middlewares.add(ErrorMiddleware())
+    metricsRouter.middlewares.add(ErrorMiddleware(routes: nil))
     metricsRouter.get("/metrics", use: routes.prometheus)
     let metrics = Application(
         router: metricsRouter,
@@ -91,7 +102,9 @@ func buildApplication(
     Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
     return Application(
         router: router,
-        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+        server: .http1(configuration: .init(idleTimeout: TimeAmount(configuration.idleTimeout))),
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
+                             availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
         services: [PoolShutdown(pools: pools, logger: logger), metrics],
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)

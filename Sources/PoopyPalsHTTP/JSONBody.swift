@@ -9,22 +9,41 @@ import PostgresClient
 struct JSONBody {
     private let object: [String: JSONValue]
 
-    /// - Throws: `APIError` 400 for bad JSON or a refused field; 413 over 64 KiB.
+    /// - Throws: `APIError` 400 for bad JSON, a key given twice or a refused field; 413 over 64 KiB; 415 for a
+    ///   body that is not declared `application/json`.
     static func read(_ request: Request, context: APIContext, allowed: Set<String>, serverOwned: Set<String> = []) async throws -> JSONBody {
         let buffer = try await request.body.collect(upTo: context.maxUploadSize)
         guard buffer.readableBytes > 0 else { return JSONBody(object: [:]) }
+        guard isJSON(request.headers[.contentType]) else {
+            throw APIError(.unsupportedMediaType, "unsupported_media_type", "the body must be sent as Content-Type: application/json")
+        }
+        let data = Data(buffer: buffer)
         let value: JSONValue
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: Data(buffer: buffer))
+            value = try JSONDecoder().decode(JSONValue.self, from: data)
         } catch {
+            // Foundation refuses some repeated keys itself; say which.
+            if let key = JSONDuplicateKeys.first(in: data) { throw duplicate(key) }
             throw APIError(.badRequest, "invalid_json", "the body is not valid JSON")
         }
+        if let key = JSONDuplicateKeys.first(in: data) { throw duplicate(key) }
         guard case .object(let object) = value else { throw APIError(.badRequest, "invalid_json", "the body must be a JSON object") }
         for key in object.keys.sorted() {
             if serverOwned.contains(key) { throw APIError.invalid(key, "is set by the server and cannot be sent") }
             if !allowed.contains(key) { throw APIError.invalid(key, "is not a known field") }
         }
         return JSONBody(object: object)
+    }
+
+    private static func duplicate(_ key: String) -> APIError {
+        APIError(.badRequest, "invalid_json", "the key \(StrictQueryMiddleware.quoted(key)) appears more than once in one object")
+    }
+
+    /// `application/json` or a `+json` type, any parameters (`; charset=utf-8`), any case.
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let media = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        return media == "application/json" || (media.hasPrefix("application/") && media.hasSuffix("+json"))
     }
 
     func isNull(_ key: String) -> Bool { object[key] == .null }
@@ -114,7 +133,7 @@ enum JSONValue: Decodable, Equatable {
     }
 }
 
-/// JSON responses: camelCase keys, ISO 8601 UTC timestamps with their fractional seconds.
+/// JSON responses: camelCase keys, sorted; timestamps as `Timestamp.format` writes them.
 enum JSONResponse {
     static let contentType = "application/json; charset=utf-8"
 
@@ -136,7 +155,10 @@ enum JSONResponse {
     }
 }
 
-/// ISO 8601 in UTC, keeping microseconds (PostgreSQL's resolution) when there are any.
+/// Timestamps out: RFC 3339 in UTC to the whole second, always (`2026-11-23T10:00:00Z`), the one form that
+/// every client decodes (swift-openapi-generator's default transcoder, `JSONDecoder.iso8601`). Stored log
+/// times are whole seconds (sql/0011); other times (createdAt, updatedAt) are rounded down. In: any RFC 3339
+/// time with a zone, fractions accepted.
 ///
 /// Done with `gmtime_r`/`timegm` rather than `ISO8601DateFormatter`: creating one of those costs ~90 µs on
 /// Linux, which made a 20-log page spend ~5 ms formatting dates.
@@ -154,11 +176,6 @@ enum Timestamp {
         gmtime_r(&time, &parts)
         var text = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-" + pad(Int(parts.tm_mday), 2)
             + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2) + ":" + pad(Int(parts.tm_sec), 2)
-        if fraction != 0 {
-            var digits = pad(Int(fraction), 6)
-            while digits.hasSuffix("0") { digits.removeLast() }
-            text += "." + digits
-        }
         return text + "Z"
     }
 

@@ -53,10 +53,20 @@ struct RequestLogMiddleware: RouterMiddleware {
 /// request id, and only the error's safe description) and answered with a generic 500.
 struct ErrorMiddleware: RouterMiddleware {
     typealias Context = APIContext
+    /// When given, a path that exists with other methods is a 405 naming them (`Allow`), not a 404.
+    let routes: RouteTable?
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound && (context.endpointPath ?? "NotFound") == "NotFound" {
+            // No route matched (Hummingbird's not-found responder names the endpoint "NotFound").
+            guard let allowed = routes?.methods(for: request.uri.path), !allowed.isEmpty else {
+                return try APIError.from(error).response(from: request, context: context)
+            }
+            var apiError = APIError(.methodNotAllowed, "method_not_allowed", "this route allows \(allowed.joined(separator: ", ")) only")
+            apiError.headers[.allow] = allowed.joined(separator: ", ")
+            return try apiError.response(from: request, context: context)
         } catch {
             let apiError = APIError.from(error)
             if apiError.status == .internalServerError {

@@ -1,10 +1,31 @@
 import ArgumentParser
+import Foundation
 
 @main
 struct PoopyPals: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "poopypals",
         abstract: "The PoopyPals data layer: the HTTP service, migrations and operations on its PostgreSQL database.",
+        discussion: "Exit status, for every command: 0 fine; 1 the answer is no; 2 the command could not do its job (including a usage error).",
         subcommands: [Migrate.self, Monitor.self, Users.self, Devices.self, Maintenance.self, Serve.self, DevToken.self]
     )
+
+    /// ArgumentParser exits 64 (EX_USAGE) for a usage error; our convention is 0/1/2 for every command, so a
+    /// cron job or script needs to know only three codes.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(ExitStatus.checkFailed.rawValue)
+            }
+            exit(withError: error)
+        }
+    }
 }

@@ -10,7 +10,9 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the HTTP API the app calls.",
         discussion: """
             Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. POOPYPALS_STATEMENT_TIMEOUT \
-            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement. SIGTERM or SIGINT: stop \
+            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; POOPYPALS_IDLE_TIMEOUT (default \
+            30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
+            POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections. SIGTERM or SIGINT: stop \
             accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
@@ -54,6 +56,13 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.metricsPort = metrics
         configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
+        if let text = environment["POOPYPALS_IDLE_TIMEOUT"], !text.isEmpty {
+            do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }
+        }
+        if let text = environment["POOPYPALS_MAX_CONNECTIONS"], !text.isEmpty {
+            guard let value = Int(text), (1...100_000).contains(value) else { fail("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
+            configuration.maxConnections = value
+        }
         do {
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
         } catch {

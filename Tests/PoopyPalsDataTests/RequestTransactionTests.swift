@@ -11,7 +11,7 @@ struct RequestTransactionTests {
         try await database.pool.withConnection { $0.roundTrips }
     }
 
-    @Test(arguments: Route.allCases)
+    @Test(arguments: Route.available)
     func aOneStatementRequestCostsOneRoundTrip(_ route: Route) async throws {
         try await TestDatabase.withMigrated { db in
             let database = try route.database(db, poolSize: 1)

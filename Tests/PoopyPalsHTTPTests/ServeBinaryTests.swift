@@ -10,16 +10,17 @@ import TestSupport
 struct ServeBinaryTests {
     @Test func sigtermFinishesInFlightRequestsAndExitsZero() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await Self.serve(db)
+            // The upload waits 3 s for the lock: within its lock timeout, and within the 6 s shutdown grace.
+            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_LOCK_TIMEOUT": "10s"])
             defer { if process.isRunning { process.terminate() } }
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
             // Another session locks poop_logs, so the next upload is in flight until it lets go.
-            let lock = try await db.inAnotherSession(holdingFor: 1.5) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let lock = try await db.inAnotherSession(holdingFor: 3) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
             async let upload = Self.request("POST", base + "/v1/logs", device: device,
                                             body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
-            try await Task.sleep(for: .milliseconds(400))
+            try await Self.waitUntilWaitingOnALock(db)
             let signalled = ContinuousClock.now
             process.interrupt()  // SIGINT; SIGTERM below takes the same path
             kill(process.processIdentifier, SIGTERM)
@@ -48,7 +49,7 @@ struct ServeBinaryTests {
             let lock = try await db.inAnotherSession(holdingFor: 12) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
             async let upload = Self.request("POST", base + "/v1/logs", device: device,
                                             body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
-            try await Task.sleep(for: .milliseconds(400))
+            try await Self.waitUntilWaitingOnALock(db)
             let signalled = ContinuousClock.now
             kill(process.processIdentifier, SIGTERM)
             let (status, body) = try await upload
@@ -87,6 +88,21 @@ struct ServeBinaryTests {
     }
 
     /// The built binary serving `db` on free ports; returns once it says it listens, with its base URL.
+    /// Until the upload is really in flight (its statement waits on the lock), at most 20 s: a fixed sleep
+    /// was too short on a loaded machine, and the signal then came before the upload had even connected.
+    static func waitUntilWaitingOnALock(_ db: TestDatabase) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            let waiting = try await db.withConnection { conn in
+                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'")[0]
+                    .decode(0, as: Int.self)
+            }
+            if waiting > 0 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw SetupError("the upload never reached the lock")
+    }
+
     static func serve(_ db: TestDatabase, environment extra: [String: String] = [:]) async throws -> (Process, String) {
         let process = Process()
         process.executableURL = TestProject.binary
@@ -134,7 +150,10 @@ struct ServeBinaryTests {
         request.httpMethod = method
         request.timeoutInterval = 15
         if let device { request.setValue(device, forHTTPHeaderField: "X-Device-ID") }
-        if let body { request.httpBody = Data(body.utf8) }
+        if let body {
+            request.httpBody = Data(body.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
         let (data, response) = try await URLSession.shared.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }

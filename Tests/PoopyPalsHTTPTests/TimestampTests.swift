@@ -4,15 +4,17 @@ import Testing
 
 @Suite("API timestamps")
 struct TimestampTests {
-    @Test func formatAndParseRoundTripAtMicrosecondPrecision() throws {
-        for seconds in [0.0, 1_790_000_000.123456, 1_790_000_000.5, 1_790_000_000, 951_782_400.000001] {
-            let date = Date(timeIntervalSince1970: seconds)
-            let text = try Timestamp.format(date)
+    /// Out: whole seconds, rounded down, always the same shape; parsed back, the same second.
+    @Test func formatWritesWholeSecondsThatParseBack() throws {
+        for seconds in [0.0, 1_790_000_000.123456, 1_790_000_000.5, 1_790_000_000, 951_782_400.999999, -0.5] {
+            let text = try Timestamp.format(Date(timeIntervalSince1970: seconds))
+            #expect(text.count == 20 && text.hasSuffix("Z") && !text.contains("."), "\(text)")
             let parsed = try #require(Timestamp.parse(text), "\(text)")
-            #expect(abs(parsed.timeIntervalSince1970 - seconds) < 0.000_001, "\(text)")
+            #expect(parsed.timeIntervalSince1970 == seconds.rounded(.down), "\(text)")
         }
-        #expect(try Timestamp.format(Date(timeIntervalSince1970: 1_790_000_000.5)) == "2026-09-21T14:13:20.5Z")
+        #expect(try Timestamp.format(Date(timeIntervalSince1970: 1_790_000_000.5)) == "2026-09-21T14:13:20Z")
         #expect(try Timestamp.format(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00Z")
+        #expect(try Timestamp.format(Date(timeIntervalSince1970: -0.5)) == "1969-12-31T23:59:59Z")
     }
 
     @Test func offsetsAndFractionsAreReadAndBadInputIsRefused() {

@@ -1,6 +1,16 @@
 import Foundation
 import PostgresClient
 
+/// What the environment offers beyond `DATABASE_URL`. `make test` provides everything for its own servers;
+/// against an external server (only `DATABASE_URL`) the tests that need more are not run, and
+/// `scripts/test.sh` says which.
+public enum TestEnvironment {
+    /// `PGBOUNCER_URL`: PgBouncer in transaction-pooling mode in front of the server.
+    public static var hasPgBouncer: Bool { ProcessInfo.processInfo.environment["PGBOUNCER_URL"]?.isEmpty == false }
+    /// `POOPYPALS_TEST_SUPERUSER_URL`: a superuser login on the same server.
+    public static var hasSuperuser: Bool { ProcessInfo.processInfo.environment["POOPYPALS_TEST_SUPERUSER_URL"]?.isEmpty == false }
+}
+
 /// A database of a test's own, created from `DATABASE_URL` and dropped afterwards, so tests run in parallel.
 public struct TestDatabase: Sendable {
     public let name: String
@@ -18,11 +28,17 @@ public struct TestDatabase: Sendable {
     }
 
     /// Creates a fresh, empty database, runs `body`, then drops it (also when `body` throws).
+    ///
+    /// The migrated template is built first: it creates the cluster-wide roles (`poopypals_app`,
+    /// `poopypals_profiles`). Two first-ever migrations racing to create a role on a fresh cluster can fail in
+    /// PostgreSQL itself (the loser's role cache still says "does not exist" after the winner committed), which
+    /// a test migrating a fresh database beside the template build once did.
     @discardableResult
     public static func with<T: Sendable>(
         _ body: @Sendable (TestDatabase) async throws -> T
     ) async throws -> T {
-        try await with(template: nil, body)
+        _ = try await MigratedTemplate.shared.name()
+        return try await with(template: nil, body)
     }
 
     /// Like `with`, but the database starts with every migration in sql/ applied (copied from a template

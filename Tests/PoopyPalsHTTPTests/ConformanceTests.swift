@@ -1,0 +1,130 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+@testable import PoopyPalsData
+@testable import PoopyPalsHTTP
+import PostgresClient
+import Testing
+import TestSupport
+
+/// The server says what `openapi.yaml` says, in one form every client parses, and refuses ambiguous input.
+@Suite("HTTP conformance")
+struct ConformanceTests {
+    static var wholeSecond: Regex<Substring> { /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/ }
+
+    @Test func aKnownPathWithAnotherMethodIs405WithAllow() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            for method in ["TRACE", "OPTIONS", "PATCH", "POST"] {
+                let reply = try await api.send(method, "/v1/device", device: device)
+                #expect(reply.status == 405, "\(method): \(reply.status)")
+                #expect(reply.header("Allow") == "DELETE, GET, PUT", "\(method)")
+                #expect(reply.errorCode == "method_not_allowed", "\(method)")
+            }
+            let head = try await api.send("HEAD", "/v1/logs", device: device)
+            #expect(head.status == 405 && head.header("Allow") == "GET, POST")
+            let put = try await api.send("PUT", "/v1/logs/\(UUID().uuidString)", device: device, json: "{}")
+            #expect(put.status == 405 && put.header("Allow") == "DELETE, GET, PATCH")
+            let unknown = try await api.send("GET", "/v1/nothing", device: device)
+            #expect(unknown.status == 404 && unknown.errorCode == "not_found")
+        }
+    }
+
+    @Test func aBodyThatIsNotDeclaredJSONIs415() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let body = Data(#"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4}"#.utf8)
+            for type in ["text/plain", "application/x-www-form-urlencoded", "application/jsonx"] {
+                let reply = try await api.send("POST", "/v1/logs", device: device, headers: ["Content-Type": type], body: body)
+                #expect(reply.status == 415 && reply.errorCode == "unsupported_media_type", "\(type): \(reply.status)")
+            }
+            for type in ["application/json; charset=utf-8", "Application/JSON", "application/merge-patch+json"] {
+                let reply = try await api.send("POST", "/v1/logs", device: device, headers: ["Content-Type": type], body: body)
+                #expect(reply.status == 201, "\(type): \(reply.status) \(reply.text)")
+            }
+        }
+    }
+
+    @Test func aKeyGivenTwiceOrAQueryParameterGivenTwiceIs400() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            for json in [#"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4, "bristolType": 7}"#,
+                         #"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4, "bristol\u0054ype": 7}"#] {
+                let reply = try await api.send("POST", "/v1/logs", device: device, json: json)
+                #expect(reply.status == 400 && reply.errorCode == "invalid_json" && reply.text.contains("bristolType"), "\(reply.text)")
+            }
+            let nested = #"{"operations": [{"op": "upsert", "log": {"id": "\#(UUID().uuidString)", "occurredAt": "2026-01-01T10:00:00Z", "bristolType": 2, "notes": "a", "notes": "b"}}]}"#
+            #expect(try await api.send("POST", "/v1/sync", device: device, json: nested).status == 400)
+            // The same key in two different objects is fine.
+            let twoObjects = #"{"operations": [{"op": "delete", "id": "\#(UUID().uuidString)"}, {"op": "delete", "id": "\#(UUID().uuidString)"}]}"#
+            #expect(try await api.send("POST", "/v1/sync", device: device, json: twoObjects).status == 200)
+            #expect(try await api.send("GET", "/v1/logs?limit=1", device: device).status == 200)
+            let twice = try await api.send("GET", "/v1/logs?limit=1&limit=500", device: device)
+            #expect(twice.status == 400 && twice.text.contains("'limit'"), "\(twice.text)")
+        }
+    }
+
+    @Test func duplicateKeysAreFoundWhereverTheyAre() {
+        #expect(JSONDuplicateKeys.first(in: Array(#"{"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]}"#.utf8)) == nil)
+        #expect(JSONDuplicateKeys.first(in: Array(#"{"a": {"x": 1, "x": 2}}"#.utf8)) == "x")
+        #expect(JSONDuplicateKeys.first(in: Array(#"{"a": "\"a\"", "a": 1}"#.utf8)) == "a")
+        #expect(JSONDuplicateKeys.first(in: Array(#"[{"k": "v"}, {"k": "v", "\u006b": 0}]"#.utf8)) == "k")
+        #expect(JSONDuplicateKeys.first(in: Array(#"{"a": ["a", "a"], "b": "a"}"#.utf8)) == nil)
+    }
+
+    /// Whole-second RFC 3339 everywhere: what a generated client's default transcoder and `.iso8601` decode.
+    @Test func timestampsAreWholeSecondsAndAValueReadAndSentBackIsAReplay() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let id = UUID().uuidString.lowercased()
+            let created = try await api.send("POST", "/v1/logs", device: device,
+                                             json: #"{"id": "\#(id)", "occurredAt": "2026-01-01T10:00:00.987654+01:00", "bristolType": 4}"#)
+            #expect(created.status == 201)
+            let occurredAt = try #require(created.json?["occurredAt"] as? String)
+            #expect(occurredAt == "2026-01-01T09:00:00Z")
+            for key in ["occurredAt", "createdAt", "updatedAt"] {
+                let value = try #require(created.json?[key] as? String)
+                #expect(value.wholeMatch(of: Self.wholeSecond) != nil, "\(key): \(value)")
+            }
+            struct Log: Decodable { let occurredAt: Date; let createdAt: Date; let updatedAt: Date }
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            #expect((try? decoder.decode(Log.self, from: created.body)) != nil)
+            // Sent back as read, or as first sent: the same log, not a conflict.
+            for time in [occurredAt, "2026-01-01T10:00:00.987654+01:00", "2026-01-01T09:00:00.5Z"] {
+                let replay = try await api.send("POST", "/v1/logs", device: device, json: #"{"id": "\#(id)", "occurredAt": "\#(time)", "bristolType": 4}"#)
+                #expect(replay.status == 200, "\(time): \(replay.status) \(replay.text)")
+            }
+        }
+    }
+
+    @Test func anEmptyNotesStringClearsNotes() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let created = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4, "notes": "x"}"#)
+            let id = try #require(created.json?["id"] as? String)
+            let cleared = try await api.send("PATCH", "/v1/logs/\(id)", device: device, json: #"{"notes": ""}"#)
+            #expect(cleared.status == 200 && cleared.json?["notes"] is NSNull, "\(cleared.text)")
+            let empty = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4, "notes": ""}"#)
+            #expect(empty.status == 201 && empty.json?["notes"] is NSNull)
+        }
+    }
+}
+
+@Suite("Command-line exit statuses")
+struct ExitStatusTests {
+    /// 0/1/2 for every command, usage errors included (ArgumentParser's own is 64).
+    @Test func aUsageErrorExitsTwo() async throws {
+        for arguments in [["migrate", "--target", "x"], ["no-such-command"], ["users", "erase"], ["serve", "--port", "70000"]] {
+            let output = try await TestProject.run(arguments)
+            #expect(output.status == 2, "\(arguments): \(output.status)")
+            #expect(output.stderr.contains("Error") || output.stderr.contains("error"), "\(arguments)")
+        }
+        #expect(try await TestProject.run(["--help"]).status == 0)
+    }
+}
