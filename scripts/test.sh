@@ -58,6 +58,13 @@ if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUS
   failed+=("under load")
 fi
 
+# The spec and the server agree under a fuzzer (schemathesis from PyPI, in .venv-st), once.
+echo
+echo "== fuzzing openapi.yaml (${labels[0]}) =="
+if ! scripts/fuzz.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals"; then
+  failed+=("fuzzing")
+fi
+
 echo
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2

@@ -27,14 +27,23 @@ struct RouteTable: Sendable {
 }
 
 /// Input the API refuses before any handler runs: a query parameter given more than once (which of two
-/// `limit`s would a proxy and we each pick?).
+/// `limit`s would a proxy and we each pick?), and one the route does not take (as unknown body fields are).
 struct StrictQueryMiddleware: RouterMiddleware {
     typealias Context = APIContext
 
+    /// The query parameters of each path (`openapi.yaml`); every other path takes none.
+    static let parameters: [String: Set<Substring>] = ["/v1/logs": ["limit", "before"], "/v1/sync": ["cursor", "limit"]]
+
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+        let allowed = Self.parameters[request.uri.path] ?? []
         var seen = Set<Substring>()
-        for (name, _) in request.uri.queryParameters where !seen.insert(name).inserted {
-            throw APIError(.badRequest, "invalid_request", "query parameter \(Self.quoted(name)) is given more than once")
+        for (name, _) in request.uri.queryParameters {
+            guard seen.insert(name).inserted else {
+                throw APIError(.badRequest, "invalid_request", "query parameter \(Self.quoted(name)) is given more than once")
+            }
+            guard allowed.contains(name) else {
+                throw APIError(.badRequest, "invalid_request", "query parameter \(Self.quoted(name)) is not known here")
+            }
         }
         return try await next(request, context)
     }

@@ -64,6 +64,9 @@ struct ConformanceTests {
             #expect(try await api.send("GET", "/v1/logs?limit=1", device: device).status == 200)
             let twice = try await api.send("GET", "/v1/logs?limit=1&limit=500", device: device)
             #expect(twice.status == 400 && twice.text.contains("'limit'"), "\(twice.text)")
+            let unknown = try await api.send("GET", "/v1/logs?limit=1&_=123", device: device)
+            #expect(unknown.status == 400 && unknown.text.contains("not known"), "\(unknown.text)")
+            #expect(try await api.send("GET", "/v1/device?limit=1", device: device).status == 400)
         }
     }
 
