@@ -12,7 +12,15 @@ struct JSONBody {
     /// - Throws: `APIError` 400 for bad JSON, a key given twice or a refused field; 413 over 64 KiB; 415 for a
     ///   body that is not declared `application/json`.
     static func read(_ request: Request, context: APIContext, allowed: Set<String>, serverOwned: Set<String> = []) async throws -> JSONBody {
-        let buffer = try await request.body.collect(upTo: context.maxUploadSize)
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: context.maxUploadSize)
+        } catch let error as NIOTooManyBytesError {
+            throw error
+        } catch {
+            // The connection ended before the body did (shorter than its Content-Length): the client's fault.
+            throw APIError(.badRequest, "incomplete_body", "the body ended before its Content-Length")
+        }
         guard buffer.readableBytes > 0 else { return JSONBody(object: [:]) }
         guard isJSON(request.headers[.contentType]) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "the body must be sent as Content-Type: application/json")
@@ -174,7 +182,7 @@ enum Timestamp {
         var time = time_t(seconds)
         var parts = tm()
         gmtime_r(&time, &parts)
-        var text = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-" + pad(Int(parts.tm_mday), 2)
+        let text = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-" + pad(Int(parts.tm_mday), 2)
             + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2) + ":" + pad(Int(parts.tm_sec), 2)
         return text + "Z"
     }

@@ -88,17 +88,17 @@ public final class ConnectionPool: Sendable {
         let slot = try await acquire()
         let configuration = configuration
         let borrower = Slot.Borrower()
-        do {
-            let value = try await withTaskCancellationHandler {
-                try await slot.thread.run { try slot.use(configuration, as: borrower, body) }
-            } onCancel: {
-                slot.cancel(borrower)
+        return try await withTaskCancellationHandler {
+            try await slot.thread.run {
+                // Released on the connection's thread the moment the body is done, not after this task is
+                // scheduled again: on a busy cooperative pool that could take long enough for the next waiter
+                // to time out while the connection sat idle. (The job always runs, so this always happens.)
+                defer { self.release(slot) }
+                return try slot.use(configuration, as: borrower, body)
             }
-            release(slot)
-            return value
-        } catch {
-            release(slot)
-            throw error
+        } onCancel: {
+            // Borrower-scoped: once released, a late cancel finds another borrower running and does nothing.
+            slot.cancel(borrower)
         }
     }
 

@@ -2,6 +2,9 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import PoopyPalsData
 @testable import PoopyPalsHTTP
 import PostgresClient
@@ -69,6 +72,35 @@ struct ConformanceTests {
             #expect(try await api.send("GET", "/v1/device?limit=1", device: device).status == 400)
         }
     }
+
+    #if canImport(Glibc)
+    /// A body that ends before its Content-Length is the client's error (400), not ours (it was a 500).
+    @Test func aBodyShorterThanItsContentLengthIs400() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let port = try #require(api.base.port)
+            let request = "POST /v1/logs HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n"
+                + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":1}"
+            let answer = await LoadTests.blocking { () -> String in
+                guard let fd = LoadTests.connect(port: port) else { return "" }
+                defer { close(fd) }
+                _ = request.withCString { send(fd, $0, strlen($0), 0) }
+                shutdown(fd, Int32(SHUT_WR))
+                var received = [UInt8](repeating: 0, count: 4096)
+                var text = ""
+                while true {
+                    let count = recv(fd, &received, received.count, 0)
+                    if count <= 0 { break }
+                    text += String(decoding: received[0..<count], as: UTF8.self)
+                }
+                return text
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer.prefix(200))")
+            #expect(answer.contains("incomplete_body"))
+        }
+    }
+    #endif
 
     @Test func duplicateKeysAreFoundWhereverTheyAre() {
         #expect(JSONDuplicateKeys.first(in: Array(#"{"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]}"#.utf8)) == nil)
