@@ -33,7 +33,8 @@ struct MigratorTests {
             let history = try await db.withConnection { conn in
                 try conn.query("SELECT applied_by, execution_ms, checksum FROM schema_migrations WHERE version = 1")[0]
             }
-            #expect(try history.decode("applied_by", as: String.self) == "poopypals")
+            let login = try await db.withConnection { try $0.query("SELECT current_user::text")[0].decode(0, as: String.self) }
+            #expect(try history.decode("applied_by", as: String.self) == login)
             #expect(try history.decode("execution_ms", as: Double.self) >= 0)
             #expect(try history.decode("checksum", as: String.self) == migrator.files[0].checksum)
         }
