@@ -105,32 +105,28 @@ AS $$
 #variable_conflict use_column
 DECLARE
     device constant uuid := public.get_current_device_id();
+    result text := 'rotated';
 BEGIN
     IF device IS NULL OR p_new_key IS NULL THEN
         RAISE EXCEPTION 'no device in this transaction' USING ERRCODE = 'insufficient_privilege';
     END IF;
     PERFORM FROM public.devices d WHERE d.id = device FOR UPDATE;
     IF NOT FOUND THEN
-        RETURN QUERY SELECT 'not_registered'::text, NULL::uuid, NULL::uuid, NULL::text, NULL::text, NULL::text,
-                            NULL::text, NULL::boolean, NULL::timestamptz, NULL::timestamptz;
-        RETURN;
+        result := 'not_registered';
+    ELSIF p_new_key = device OR EXISTS (SELECT FROM public.devices d WHERE d.id = p_new_key) THEN
+        result := 'in_use';
+    ELSE
+        BEGIN
+            UPDATE public.devices d SET id = p_new_key, last_seen_at = now() WHERE d.id = device;
+        EXCEPTION WHEN unique_violation THEN
+            -- Registered by a concurrent transaction since the check above.
+            result := 'in_use';
+        END;
     END IF;
-    IF p_new_key = device OR EXISTS (SELECT FROM public.devices d WHERE d.id = p_new_key) THEN
-        RETURN QUERY SELECT 'in_use'::text, NULL::uuid, NULL::uuid, NULL::text, NULL::text, NULL::text,
-                            NULL::text, NULL::boolean, NULL::timestamptz, NULL::timestamptz;
-        RETURN;
-    END IF;
-    BEGIN
-        UPDATE public.devices d SET id = p_new_key, last_seen_at = now() WHERE d.id = device;
-    EXCEPTION WHEN unique_violation THEN
-        -- Registered by a concurrent transaction since the check above.
-        RETURN QUERY SELECT 'in_use'::text, NULL::uuid, NULL::uuid, NULL::text, NULL::text, NULL::text,
-                            NULL::text, NULL::boolean, NULL::timestamptz, NULL::timestamptz;
-        RETURN;
-    END;
-    RETURN QUERY SELECT 'rotated'::text, d.id, d.user_id, d.model, d.os_version, d.app_version, d.build_number,
+    -- One row: the outcome, with the device under its new key when it moved (NULLs otherwise).
+    RETURN QUERY SELECT result, d.id, d.user_id, d.model, d.os_version, d.app_version, d.build_number,
                         d.is_simulator, d.created_at, d.last_seen_at
-                 FROM public.devices d WHERE d.id = p_new_key;
+                 FROM (SELECT) AS one LEFT JOIN public.devices d ON result = 'rotated' AND d.id = p_new_key;
 END
 $$;
 

@@ -41,7 +41,7 @@ struct APIRoutes: Sendable {
         router.get("/healthz", use: health)
         router.get("/readyz", use: ready)
         SyncRoutes(sync: SyncRepository(database: database)).register(on: router)
-        DataRightsRoutes(database: database).register(on: router)
+        DataRightsRoutes(devices: devices, export: DeviceExport(database: database)).register(on: router)
     }
 
     // MARK: Device
