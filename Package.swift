@@ -20,6 +20,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
         // SHA-256 for device keys and migration checksums; jwt-kit builds it anyway.
         .package(url: "https://github.com/apple/swift-crypto", from: "4.1.0"),
+        // Tests only: openapi.yaml read as YAML, not scanned line by line.
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
     targets: [
         // The C boundary: only PostgresClient imports this.
@@ -92,6 +94,7 @@ let package = Package(
             dependencies: [
                 "PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Yams", package: "Yams"),
             ]
         ),
         .testTarget(

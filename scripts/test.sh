@@ -40,6 +40,9 @@ else
 fi
 
 "$SWIFT" build --build-tests
+if ! { command -v docker >/dev/null && docker compose version >/dev/null 2>&1; } && ! command -v docker-compose >/dev/null; then
+  echo "test: NOT RUN: the docker-compose.yml checks (install Docker Compose, or Debian's docker-compose)" >&2
+fi
 
 failed=()
 for i in "${!labels[@]}"; do
@@ -56,6 +59,13 @@ echo
 echo "== under load (${labels[0]}) =="
 if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests; then
   failed+=("under load")
+fi
+
+# The client swift-openapi-generator makes from openapi.yaml calls every route (clients/swift, its own package).
+echo
+echo "== the generated Swift client (${labels[0]}) =="
+if ! SWIFT="$SWIFT" scripts/client.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals"; then
+  failed+=("generated client")
 fi
 
 # The spec and the server agree under a fuzzer (schemathesis from PyPI, in .venv-st), once.

@@ -42,7 +42,7 @@ struct DataRightsRoutes: Sendable {
         return Response(status: .noContent)
     }
 
-    /// `{"device": …, "profile": … | null, "logs": [… oldest first …]}`, streamed as it is read: the reader's
+    /// `{"device": …, "profile": …, "logs": [… oldest first …]}`, streamed as it is read: the reader's
     /// pace decides how fast the database is read, and at most a few batches are held at once.
     @Sendable func exportAll(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
@@ -56,8 +56,11 @@ struct DataRightsRoutes: Sendable {
                     case .header(let device, let profile):
                         var head = Data(#"{"device":"#.utf8)
                         head.append(try JSONResponse.encode(DeviceBody(device)))
-                        head.append(Data(#","profile":"#.utf8))
-                        head.append(try profile.map { try JSONResponse.encode(UserBody($0)) } ?? Data("null".utf8))
+                        // No profile: no key (a generated client cannot decode a nullable reference).
+                        if let profile {
+                            head.append(Data(#","profile":"#.utf8))
+                            head.append(try JSONResponse.encode(UserBody(profile)))
+                        }
                         head.append(Data(#","logs":["#.utf8))
                         try channel.send(head)
                     case .logs(let logs):

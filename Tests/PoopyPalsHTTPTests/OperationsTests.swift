@@ -4,6 +4,7 @@ import Hummingbird
 @testable import PoopyPalsHTTP
 import PostgresClient
 import Testing
+import Yams
 import TestSupport
 
 @Suite("Errors, limits and operations")
@@ -122,30 +123,49 @@ struct OperationsTests {
         let verifier = try await TokenVerifier(secret: LiveAPI.secret)
         APIRoutes(database: database, tokens: verifier, metrics: APIMetrics.registry).register(on: router)
         let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
-        let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
-        #expect(routed == OpenAPIPaths.operations(in: spec))
+        #expect(routed == OpenAPISpec.operations(in: try OpenAPISpec.load()))
         #expect(routed.count == 16)
+    }
+
+    @Test func theSpecHasNoKeyWithoutAValue() throws {
+        #expect(OpenAPISpec.emptyValues(in: try OpenAPISpec.load()) == [])
     }
 }
 
-/// Reads `paths:` of an OpenAPI YAML file: `  /path:` then `    method:` lines.
-enum OpenAPIPaths {
-    static func operations(in yaml: String) -> Set<String> {
+/// openapi.yaml, parsed by Yams.
+enum OpenAPISpec {
+    static func load() throws -> [String: Any] {
+        let text = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
+        guard let spec = try Yams.load(yaml: text) as? [String: Any] else { throw SpecError.notAMapping }
+        return spec
+    }
+
+    enum SpecError: Error { case notAMapping }
+
+    /// "method /path" for every operation under `paths`.
+    static func operations(in spec: [String: Any]) -> Set<String> {
+        let methods: Set<String> = ["get", "put", "post", "patch", "delete", "head", "options", "trace"]
         var result: Set<String> = []
-        var inPaths = false
-        var path: String?
-        for line in yaml.split(separator: "\n", omittingEmptySubsequences: false) {
-            if line.hasPrefix("paths:") { inPaths = true; continue }
-            guard inPaths else { continue }
-            if !line.hasPrefix(" "), !line.isEmpty { break }
-            if line.hasPrefix("  /"), line.hasSuffix(":") {
-                path = String(line.dropFirst(2).dropLast())
-            } else if let path, line.hasPrefix("    "), !line.hasPrefix("     "),
-                      let name = line.dropFirst(4).split(separator: ":").first,
-                      ["get", "put", "post", "patch", "delete"].contains(String(name)) {
-                result.insert("\(name) \(path)")
-            }
+        for case let (path, item as [String: Any]) in spec["paths"] as? [String: Any] ?? [:] {
+            for method in item.keys where methods.contains(method) { result.insert("\(method) \(path)") }
         }
         return result
+    }
+
+    /// Where a mapping holds a key with no value: in a flow mapping (`{ description: a, b }`) an unquoted comma
+    /// starts a new key, silently; swift-openapi-generator then refuses the file or drops the field.
+    static func emptyValues(in node: Any, at path: String = "") -> [String] {
+        switch node {
+        case let mapping as [String: Any]:
+            return mapping.keys.sorted().flatMap { key -> [String] in
+                let value = mapping[key]
+                if value == nil || value is NSNull { return ["\(path)/\(key)"] }
+                return emptyValues(in: value as Any, at: "\(path)/\(key)")
+            }
+        case let sequence as [Any]:
+            return sequence.enumerated().flatMap { emptyValues(in: $1, at: "\(path)/\($0)") }
+        default:
+            return []
+        }
     }
 }

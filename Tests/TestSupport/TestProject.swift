@@ -22,18 +22,29 @@ public enum TestProject {
         return root.appendingPathComponent(".build/debug/poopypals")
     }
 
+    /// An executable on PATH, if there is one.
+    public static func onPath(_ name: String) -> URL? {
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
+            let candidate = URL(fileURLWithPath: String(directory)).appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+        }
+        return nil
+    }
+
     public struct Output: Sendable {
         public let status: Int32
         public let stdout: String
         public let stderr: String
     }
 
-    /// Runs the CLI with `arguments`, waiting at most `timeout`.
+    /// Runs the CLI (or `executable`) with `arguments` in the package root, waiting at most `timeout`.
     public static func run(
-        _ arguments: [String], environment: [String: String] = [:], timeout: Duration = .seconds(60)
+        _ arguments: [String], executable: URL? = nil, environment: [String: String] = [:],
+        timeout: Duration = .seconds(60)
     ) async throws -> Output {
         let process = Process()
-        process.executableURL = binary
+        process.executableURL = executable ?? binary
+        process.currentDirectoryURL = root
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = nil
@@ -53,7 +64,7 @@ public enum TestProject {
         while process.isRunning {
             if ContinuousClock.now > deadline {
                 process.terminate()
-                throw SetupError("poopypals \(arguments.joined(separator: " ")) did not finish within \(timeout)")
+                throw SetupError("\(process.executableURL?.lastPathComponent ?? "") \(arguments.joined(separator: " ")) did not finish within \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }

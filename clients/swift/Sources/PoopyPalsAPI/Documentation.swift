@@ -1,0 +1,1 @@
+// The generated `Client` and `Components` come from ../../../../openapi.yaml at build time.

@@ -1,0 +1,37 @@
+# Sourced by the steps of `make test` that call a live server (fuzz.sh, client.sh): `start_live_server URL BIN`
+# creates a database of its own on the server at URL, migrates it with BIN, starts `BIN serve` on a free port
+# with a fresh token secret, and sets `api` (the base URL) and `token` (a valid bearer token). An EXIT trap stops
+# the server and drops the database. Callers set `say`.
+start_live_server() {
+  local url=$1 bin=$2
+  command -v psql >/dev/null || { say "NOT RUN: psql is needed to create a database for the live server"; exit 0; }
+  case "$url" in *\?*) say "NOT RUN: DATABASE_URL with query parameters is not supported here"; exit 0 ;; esac
+  live_admin_url=$url
+  live_db=poopypals_live_$$
+  PGOPTIONS="-c client_min_messages=warning" psql "$url" -X -q -c "DROP DATABASE IF EXISTS $live_db" -c "CREATE DATABASE $live_db" >/dev/null
+  live_server=
+  trap stop_live_server EXIT
+  local db_url=${url%/*}/$live_db
+  "$bin" migrate --database-url "$db_url" >/dev/null 2>&1
+
+  export AUTH_JWT_SECRET
+  AUTH_JWT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  local out port=
+  out=$(mktemp)
+  "$bin" serve --port 0 --metrics-port 0 --database-url "$db_url" >"$out" 2>/dev/null &
+  live_server=$!
+  for _ in $(seq 1 200); do
+    port=$(sed -n 's#^listening on http://127.0.0.1:\([0-9]*\)$#\1#p' "$out")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  rm -f "$out"
+  [ -n "$port" ] || { say "the server did not start"; exit 1; }
+  api=http://127.0.0.1:$port
+  token=$("$bin" dev-token --email "live-$$@example.com")
+}
+
+stop_live_server() {
+  [ -n "${live_server:-}" ] && kill "$live_server" 2>/dev/null && wait "$live_server" 2>/dev/null || true
+  psql "$live_admin_url" -X -q -c "DROP DATABASE IF EXISTS $live_db WITH (FORCE)" >/dev/null 2>&1 || true
+}
