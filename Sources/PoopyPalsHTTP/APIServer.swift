@@ -102,7 +102,12 @@ func buildApplication(
     Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
     return Application(
         router: router,
-        server: .http1(configuration: .init(idleTimeout: TimeAmount(configuration.idleTimeout))),
+        server: .http1(configuration: .init(
+            additionalChannelHandlers: [ParserErrorResponder()],
+            idleTimeout: TimeAmount(configuration.idleTimeout),
+            httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
+                                            maxHeaderListSize: ParserErrorResponder.maxHeaderSize,
+                                            maxHeaderFieldCount: ParserErrorResponder.maxFieldCount))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
         services: [PoolShutdown(pools: pools, logger: logger), metrics],

@@ -34,7 +34,13 @@ struct StrictQueryMiddleware: RouterMiddleware {
     /// The query parameters of each path (`openapi.yaml`); every other path takes none.
     static let parameters: [String: Set<Substring>] = ["/v1/logs": ["limit", "before"], "/v1/sync": ["cursor", "limit"]]
 
+    /// Longer request targets are 414 (the parser refuses beyond `ParserErrorResponder.maxFieldSize`, 431).
+    static let maxTargetLength = 8 * 1024
+
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+        guard request.uri.description.utf8.count <= Self.maxTargetLength else {
+            throw APIError(.init(code: 414), "uri_too_long", "the request target is longer than \(Self.maxTargetLength) bytes")
+        }
         let allowed = Self.parameters[request.uri.path] ?? []
         var seen = Set<Substring>()
         for (name, _) in request.uri.queryParameters {

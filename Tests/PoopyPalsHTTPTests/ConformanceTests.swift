@@ -82,22 +82,70 @@ struct ConformanceTests {
             let port = try #require(api.base.port)
             let request = "POST /v1/logs HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n"
                 + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":1}"
-            let answer = await LoadTests.blocking { () -> String in
-                guard let fd = LoadTests.connect(port: port) else { return "" }
-                defer { close(fd) }
-                _ = request.withCString { send(fd, $0, strlen($0), 0) }
-                shutdown(fd, Int32(SHUT_WR))
-                var received = [UInt8](repeating: 0, count: 4096)
-                var text = ""
-                while true {
-                    let count = recv(fd, &received, received.count, 0)
-                    if count <= 0 { break }
-                    text += String(decoding: received[0..<count], as: UTF8.self)
-                }
-                return text
-            }
+            let answer = await Self.exchange(port: port, request)
             #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer.prefix(200))")
             #expect(answer.contains("incomplete_body"))
+        }
+    }
+    #endif
+
+    #if canImport(Glibc)
+    /// Sends raw bytes, closes the sending side, and reads the whole answer.
+    static func exchange(port: Int, _ request: String) async -> String {
+        await LoadTests.blocking { () -> String in
+            guard let fd = LoadTests.connect(port: port) else { return "" }
+            defer { close(fd) }
+            var bytes = Array(request.utf8)
+            var sent = 0
+            while sent < bytes.count {
+                let count = bytes.withUnsafeMutableBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+                if count <= 0 { break }
+                sent += count
+            }
+            shutdown(fd, Int32(SHUT_WR))
+            var received = [UInt8](repeating: 0, count: 4096)
+            var text = ""
+            while true {
+                let count = recv(fd, &received, received.count, 0)
+                if count <= 0 { break }
+                text += String(decoding: received[0..<count], as: UTF8.self)
+            }
+            return text
+        }
+    }
+
+    /// What the HTTP parser refuses gets the API's JSON error too (it was Hummingbird's empty 400 for all of these).
+    @Test func malformedHTTPGetsAJSONErrorWithAPreciseStatus() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let port = try #require(api.base.port)
+            let long = String(repeating: "a", count: 20 * 1024)
+            let cases: [(name: String, request: String, status: Int, code: String)] = [
+                ("two Content-Length", "POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, "malformed_request"),
+                ("Content-Length and chunked", "POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400, "malformed_request"),
+                ("bad method", "G(T /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400, "malformed_request"),
+                ("a 20 KiB header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(long)\r\n\r\n", 431, "headers_too_large"),
+                ("150 headers", "GET /healthz HTTP/1.1\r\nHost: x\r\n" + (0..<150).map { "X-H\($0): v\r\n" }.joined() + "\r\n", 431, "headers_too_large"),
+                ("a 20 KiB request line", "GET /healthz?\(long) HTTP/1.1\r\nHost: x\r\n\r\n", 431, "headers_too_large"),
+                ("a 10 KiB target", "GET /v1/logs?before=\(long.prefix(10 * 1024)) HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+            ]
+            for item in cases {
+                let answer = await Self.exchange(port: port, item.request)
+                let (head, _, body) = answer.partition("\r\n\r\n")
+                #expect(head.hasPrefix("HTTP/1.1 \(item.status)"), "\(item.name): \(answer.prefix(300))")
+                #expect(head.lowercased().contains("content-type: application/json"), "\(item.name)")
+                #expect(head.lowercased().contains("x-request-id: "), "\(item.name)")
+                let json = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: [String: String]]
+                #expect(json?["error"]?["code"] == item.code, "\(item.name): \(body.prefix(300))")
+                #expect(json?["error"]?["message"]?.isEmpty == false, "\(item.name)")
+            }
+            // A good request, then a malformed one in the same stream: the first is answered, then the error.
+            let pipelined = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"
+            let answer = await Self.exchange(port: port, pipelined)
+            let statuses = answer.matches(of: /HTTP\/1\.1 (\d{3})/).map { String($0.output.1) }
+            #expect(statuses == ["200", "400"], "\(answer.prefix(600))")
+            #expect(answer.contains("malformed_request"))
+            // The server still serves.
+            #expect(try await api.send("GET", "/healthz").status == 200)
         }
     }
     #endif
@@ -161,5 +209,13 @@ struct ExitStatusTests {
             #expect(output.stderr.contains("Error") || output.stderr.contains("error"), "\(arguments)")
         }
         #expect(try await TestProject.run(["--help"]).status == 0)
+    }
+}
+
+extension String {
+    /// The text before the first `separator`, the separator, and the rest (all of it before, when absent).
+    func partition(_ separator: String) -> (String, String, String) {
+        guard let range = range(of: separator) else { return (self, "", "") }
+        return (String(self[..<range.lowerBound]), separator, String(self[range.upperBound...]))
     }
 }
