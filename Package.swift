@@ -23,6 +23,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
         // SHA-256 for device keys and migration checksums; jwt-kit builds it anyway.
         .package(url: "https://github.com/apple/swift-crypto", from: "4.1.0"),
+        // base64url for cursors and token headers; jwt-kit builds it anyway.
+        .package(url: "https://github.com/swift-extras/swift-extras-base64", from: "1.2.0"),
         // Tests only: openapi.yaml read as YAML, not scanned line by line.
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
     ],
@@ -45,6 +47,7 @@ let package = Package(
             dependencies: [
                 "PostgresClient",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ExtrasBase64", package: "swift-extras-base64"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]

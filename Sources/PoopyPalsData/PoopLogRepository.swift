@@ -182,10 +182,8 @@ struct LogCursor: Sendable, Equatable {
 
     /// - Throws: `InvalidField("before", …)` for anything this code did not produce.
     init(encoded: String) throws(InvalidField) {
-        var base64 = encoded.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard encoded.count <= 128, let data = Data(base64Encoded: base64),
-              let text = String(data: data, encoding: .utf8) else { throw InvalidField("before", "is not a valid cursor") }
+        guard encoded.utf8.count <= 128, let bytes = Base64URL.decode(encoded),
+              let text = String(validating: bytes, as: UTF8.self) else { throw InvalidField("before", "is not a valid cursor") }
         let parts = text.split(separator: "|")
         guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUID(uuidString: String(parts[2]))
         else { throw InvalidField("before", "is not a valid cursor") }
@@ -200,8 +198,6 @@ struct LogCursor: Sendable, Equatable {
     /// nil only for a time outside years 1…9999, which no stored log has.
     var encoded: String? {
         guard let micros = occurredAt.microsecondsSince1970 else { return nil }
-        return Data("v1|\(micros)|\(id.uuidString.lowercased())".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        return Base64URL.encode(Array("v1|\(micros)|\(id.uuidString.lowercased())".utf8))
     }
 }

@@ -169,9 +169,7 @@ struct SyncCursor: Sendable, Equatable {
 
     /// - Throws: `InvalidField("cursor", …)` for anything this code did not produce.
     init(encoded: String) throws(InvalidField) {
-        var base64 = encoded.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard encoded.count <= 64, let data = Data(base64Encoded: base64), let text = String(data: data, encoding: .utf8),
+        guard encoded.utf8.count <= 64, let bytes = Base64URL.decode(encoded), let text = String(validating: bytes, as: UTF8.self),
               text.hasPrefix("s1|"), let sequence = Int64(text.dropFirst(3)), sequence >= 0,
               text.dropFirst(3).allSatisfy(\.isASCII)
         else { throw InvalidField("cursor", "is not a valid cursor") }
@@ -179,7 +177,6 @@ struct SyncCursor: Sendable, Equatable {
     }
 
     var encoded: String {
-        Data("s1|\(sequence)".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        Base64URL.encode(Array("s1|\(sequence)".utf8))
     }
 }

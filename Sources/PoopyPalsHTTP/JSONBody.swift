@@ -168,23 +168,23 @@ enum JSONResponse {
 /// times are whole seconds (sql/0011); other times (createdAt, updatedAt) are rounded down. In: any RFC 3339
 /// time with a zone, fractions accepted.
 ///
-/// Done with `gmtime_r`/`timegm` rather than `ISO8601DateFormatter`: creating one of those costs ~90 µs on
-/// Linux, which made a 20-log page spend ~5 ms formatting dates.
+/// Out: Foundation's `Date.ISO8601FormatStyle` (a value, 0.5 µs per date measured here; not
+/// `ISO8601DateFormatter`, whose creation cost ~90 µs). In: our own parser, because Foundation's (measured,
+/// Swift 6.3.1 on Linux) takes `2026-02-31T10:00:00Z` as 3 March and `24:00:00` as the next day, refuses
+/// RFC 3339's lower-case `t`/`z`, and counts years before 1582 in the Julian calendar (PostgreSQL and we use
+/// the proleptic Gregorian one: 0001-01-01 would move by two days). A time that does not exist is a 400 here.
 enum Timestamp {
+    private static let style = Date.ISO8601FormatStyle()
+
     /// - Throws: `EncodingError` for a date outside years 1…9999 (never produced by the database).
     static func format(_ date: Date) throws -> String {
         guard let micros = date.microsecondsSince1970 else {
             throw EncodingError.invalidValue(date, .init(codingPath: [], debugDescription: "a date outside the years 1 to 9999"))
         }
+        // Whole seconds, rounded down (the style would drop the fraction too; this makes it explicit).
         var seconds = micros / 1_000_000
-        var fraction = micros % 1_000_000
-        if fraction < 0 { fraction += 1_000_000; seconds -= 1 }
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        let text = pad(Int(parts.tm_year) + 1900, 4) + "-" + pad(Int(parts.tm_mon) + 1, 2) + "-" + pad(Int(parts.tm_mday), 2)
-            + "T" + pad(Int(parts.tm_hour), 2) + ":" + pad(Int(parts.tm_min), 2) + ":" + pad(Int(parts.tm_sec), 2)
-        return text + "Z"
+        if micros % 1_000_000 < 0 { seconds -= 1 }
+        return style.format(Date(timeIntervalSince1970: Double(seconds)))
     }
 
     /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; the zone is required.
@@ -244,10 +244,5 @@ enum Timestamp {
         // timegm normalises 31 February into March; refuse dates that do not exist.
         guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
         return Date(timeIntervalSince1970: Double(seconds - offset) + fraction)
-    }
-
-    private static func pad(_ value: Int, _ width: Int) -> String {
-        let digits = String(value)
-        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
     }
 }

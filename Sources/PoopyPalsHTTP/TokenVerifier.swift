@@ -126,10 +126,8 @@ public struct TokenVerifier: Sendable {
     /// The `alg` of a compact JWS header, read without trusting anything else in it.
     static func headerAlgorithm(of token: String) -> String? {
         guard let header = token.split(separator: ".", omittingEmptySubsequences: false).first, header.count <= 1024 else { return nil }
-        var base64 = header.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard let data = Data(base64Encoded: base64),
-              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+        guard let bytes = Base64URL.decode(header),
+              let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
         return object["alg"] as? String
     }
 }

@@ -4,7 +4,9 @@ import Foundation
 ///
 /// Done by hand (days-from-civil) rather than with a `DateFormatter`: it is exact to the microsecond,
 /// independent of the process locale, and reads any UTC offset, so a session `TimeZone` other than UTC
-/// still decodes correctly.
+/// still decodes correctly. Foundation's `Date.ISO8601FormatStyle` cannot replace it: PostgreSQL writes `+00`
+/// offsets and a space before the time, and Foundation counts years before 1582 in the Julian calendar
+/// (measured: `0001-01-01T00:00:00Z` is 2 days off PostgreSQL's proleptic Gregorian value).
 enum PostgresDate {
     /// - Throws: `PostgresClientError.invalidParameter` for a date outside years 1…9999 (or not finite).
     static func format(_ date: Date) throws -> String {

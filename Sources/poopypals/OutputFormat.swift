@@ -19,9 +19,9 @@ enum OutputFormat {
         return String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
+    /// `2026-11-23 10:00:00` in UTC.
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withSpaceBetweenDateAndTime]
-        return formatter.string(from: date)
+        date.formatted(.iso8601.year().month().day().dateSeparator(.dash).dateTimeSeparator(.space)
+            .time(includingFractionalSeconds: false).timeSeparator(.colon))
     }
 }

@@ -149,7 +149,7 @@ struct DeviceAndLogRepositoryTests {
                 ("limit", { _ = try await logs.list(limit: 0, as: device) }),
                 ("limit", { _ = try await logs.list(limit: 201, as: device) }),
                 ("before", { _ = try await logs.list(before: "'; DROP TABLE poop_logs; --", as: device) }),
-                ("before", { _ = try await logs.list(before: Data("v1|x|y".utf8).base64EncodedString(), as: device) }),
+                ("before", { _ = try await logs.list(before: Base64URL.encode(Array("v1|x|y".utf8)), as: device) }),
                 ("body", { _ = try await logs.update(UUID(), PoopLogPatch(), as: device) }),
                 ("bristolType", { _ = try await logs.update(UUID(), PoopLogPatch(bristolType: 9), as: device) }),
                 ("model", { _ = try await devices.register(DeviceInfo(model: String(repeating: "m", count: 101)), as: device) }),

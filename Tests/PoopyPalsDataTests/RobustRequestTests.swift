@@ -96,8 +96,7 @@ struct RobustRequestTests {
     }
 
     static func cursor(_ micros: Int64) -> String {
-        Data("v1|\(micros)|\(UUID().uuidString.lowercased())".utf8).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        Base64URL.encode(Array("v1|\(micros)|\(UUID().uuidString.lowercased())".utf8))
     }
 
     @Test func requestTimeoutsFromTheEnvironmentAreCheckedNotTrusted() throws {

@@ -116,8 +116,7 @@ extension TestDatabase {
 /// HS256 over arbitrary header and payload, for forging tokens that jwt-kit would not make.
 enum ForgedToken {
     static func base64URL(_ data: Data) -> String {
-        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Base64URL.encode(data)
     }
 
     static func make(header: String, payload: String, secret: String, signature: String? = nil) -> String {
