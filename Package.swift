@@ -69,15 +69,6 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
             ]
         ),
-        // `make bench`: our data layer beside pgbench running the same SQL.
-        .executableTarget(
-            name: "poopypals-bench",
-            dependencies: [
-                "PoopyPalsData",
-                "PostgresClient",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
-        ),
         .executableTarget(
             name: "poopypals",
             dependencies: [

@@ -90,7 +90,7 @@ struct Bench: AsyncParsableCommand {
 
         var http: [HTTPRow] = []
         if let serverBinary, !skipExtras {
-            http = try HTTPLoad.run(serverBinary: serverBinary, databaseURL: try urlFor(target), seconds: seconds * 2, devices: devices)
+            http = try await HTTPLoad.run(serverBinary: serverBinary, databaseURL: try urlFor(target), seconds: seconds * 2, devices: devices)
         }
 
         let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
@@ -147,7 +147,7 @@ struct Bench: AsyncParsableCommand {
             ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
                 try await scenario.ours(repositories, Int.random(in: 1...devices))
             })
-            theirs.append(try pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
+            theirs.append(try await pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
         }
         await repositories.database.pool.close()
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, roundTrips: roundTrips)

@@ -60,19 +60,21 @@ struct HTTPRow: Encodable {
 }
 
 enum HTTPLoad {
-    static func run(serverBinary: String, databaseURL: String, seconds: Int, devices: Int) throws -> [HTTPRow] {
+    static func run(serverBinary: String, databaseURL: String, seconds: Int, devices: Int) async throws -> [HTTPRow] {
         let port = 18080 + Int.random(in: 0..<1000)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
-        var environment = ProcessInfo.processInfo.environment
-        environment["DATABASE_URL"] = databaseURL
-        environment["AUTH_JWT_SECRET"] = String(repeating: "b", count: 40)
-        environment["LOG_LEVEL"] = "warning"
-        let server = try BackgroundChild.start([serverBinary, "serve", "--port", "\(port)", "--pool-size", "16"],
-                                               environment: environment, output: log)
-        defer { _ = server.stop() }
+        let environment = ["DATABASE_URL": databaseURL, "AUTH_JWT_SECRET": String(repeating: "b", count: 40),
+                           "LOG_LEVEL": "warning"]
+        return try await Child.whileRunning(serverBinary, ["serve", "--port", "\(port)", "--pool-size", "16"],
+                                            environment: environment, output: log) { server in
+            try await load(port: port, log: log, server: server, seconds: seconds, devices: devices)
+        }
+    }
+
+    private static func load(port: Int, log: String, server: pid_t, seconds: Int, devices: Int) async throws -> [HTTPRow] {
         for _ in 0..<200 {
             if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
-            usleep(50_000)
+            try await Task.sleep(for: .milliseconds(50))
         }
         let scripts = [
             ("GET /v1/logs", """
@@ -94,7 +96,7 @@ enum HTTPLoad {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-wrk-\(UUID().uuidString).lua")
             try script.write(to: file, atomically: true, encoding: .utf8)
             defer { try? FileManager.default.removeItem(at: file) }
-            let (status, output) = try runChild(["wrk", "-t", "2", "-c", "64", "-d", "\(seconds)s", "--latency", "-s", file.path,
+            let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "64", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
             func value(_ label: String) -> Double? {
@@ -107,7 +109,7 @@ enum HTTPLoad {
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
             rows.append(HTTPRow(route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
-                                p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: server.peakResidentMiB))
+                                p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server)))
         }
         return rows
     }

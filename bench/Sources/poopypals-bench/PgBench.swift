@@ -5,12 +5,12 @@ struct PgBench {
     let connectionString: String
 
     /// - Throws: when pgbench is missing, fails, or prints no tps line.
-    func run(script: String, concurrency: Int, seconds: Int) throws -> Measurement {
+    func run(script: String, concurrency: Int, seconds: Int) async throws -> Measurement {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-bench-\(UUID().uuidString).sql")
         try script.write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
         // -n: skip vacuuming pgbench's own tables; -M prepared: named prepared statements, like our cache.
-        let (status, text) = try runChild(["pgbench", "-n", "-M", "prepared", "-c", "\(concurrency)",
+        let (status, text) = try await Child.run(["pgbench", "-n", "-M", "prepared", "-c", "\(concurrency)",
                                            "-j", "\(min(concurrency, 2))", "-T", "\(seconds)", "-f", file.path, connectionString])
         guard status == 0 else { throw BenchError("pgbench exited with \(status)") }
         func number(after label: String) -> Double? {

@@ -1,0 +1,32 @@
+// swift-tools-version:6.2
+// `make bench`: the service's data layer and API beside pgbench (and, later, peers) on the same SQL. A package
+// of its own, depending on the service by path, so that the service's build and `make test` never compile the
+// benchmark's dependencies.
+import Foundation
+import PackageDescription
+
+// A path dependency is known by its directory's name, whatever the clone is called.
+let service = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "poopypals-bench",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(path: ".."),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+    ],
+    targets: [
+        .executableTarget(
+            name: "poopypals-bench",
+            dependencies: [
+                .product(name: "PoopyPalsData", package: service),
+                .product(name: "PostgresClient", package: service),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Subprocess", package: "swift-subprocess"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
+        ),
+    ]
+)

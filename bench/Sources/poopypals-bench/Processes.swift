@@ -1,0 +1,62 @@
+import Foundation
+import Subprocess
+#if canImport(System)
+import System
+#else
+import SystemPackage
+#endif
+
+/// Child processes through swift-subprocess, which starts them with an empty signal mask and default signal
+/// actions (a child of one of Swift's worker threads would otherwise inherit its blocked signals: pgbench's
+/// `-T` timer, SIGALRM, would never fire). Standard error is discarded.
+enum Child {
+    /// Runs a program found on PATH to completion: its exit status (128 + signal when killed) and output.
+    static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        guard let name = arguments.first else { throw BenchError("no program to run") }
+        let result = try await Subprocess.run(.name(name), arguments: Arguments(Array(arguments.dropFirst())),
+                                              output: .string(limit: 16 << 20), error: .discarded)
+        return (status(result.terminationStatus), result.standardOutput)
+    }
+
+    /// Runs `binary` while `body` runs, its standard output written to the file `output`; then SIGTERM, and
+    /// waits for it to exit.
+    static func whileRunning<T: Sendable>(
+        _ binary: String, _ arguments: [String], environment: [String: String], output: String,
+        _ body: @escaping @Sendable (_ pid: pid_t) async throws -> T
+    ) async throws -> T {
+        let file = try FileDescriptor.open(FilePath(output), .writeOnly, options: [.create, .truncate],
+                                           permissions: [.ownerReadWrite])
+        var settings: [Environment.Key: String?] = [:]
+        for (key, value) in environment { settings[Environment.Key(stringLiteral: key)] = value }
+        let outcome = try await Subprocess.run(
+            .path(FilePath(binary)), arguments: Arguments(arguments), environment: .inherit.updating(settings),
+            input: .none, output: .fileDescriptor(file, closeAfterSpawningProcess: true), error: .discarded
+        ) { execution in
+            let pid = execution.processIdentifier.value
+            do {
+                let value = try await body(pid)
+                try? execution.send(signal: .terminate)
+                return value
+            } catch {
+                try? execution.send(signal: .terminate)
+                throw error
+            }
+        }
+        return outcome.closureResult
+    }
+
+    /// Peak resident memory of a running process so far (VmHWM), in MiB.
+    static func peakResidentMiB(of pid: pid_t) -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+        return kib / 1024
+    }
+
+    private static func status(_ termination: TerminationStatus) -> Int32 {
+        switch termination {
+        case .exited(let code): Int32(truncatingIfNeeded: code)
+        case .signaled(let signal): 128 + Int32(truncatingIfNeeded: signal)
+        }
+    }
+}
