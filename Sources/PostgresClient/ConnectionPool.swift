@@ -46,9 +46,17 @@ public final class ConnectionPool: Sendable {
     private let state = Mutex(State())
     private let logger = Logger(label: "poopypals.postgres.pool")
 
+    /// A borrower waiting for a connection. Its body is handed over with it: when a connection is returned, the
+    /// next waiter's body is queued on that connection's thread right away, so that no connection sits idle
+    /// until the waiting task is scheduled again (on a saturated cooperative pool that took long enough for
+    /// other waiters to time out).
     private struct Waiter {
         let id: Int
-        let continuation: CheckedContinuation<Slot, any Error>
+        /// Called under the pool's lock when a slot is lent to this waiter (so that a cancel finds it).
+        let assign: @Sendable (Slot) -> Void
+        /// Runs the body on the slot's thread; the slot is already lent.
+        let start: @Sendable (Slot) -> Void
+        let fail: @Sendable (any Error) -> Void
         var timer: Task<Void, Never>?
     }
 
@@ -85,20 +93,54 @@ public final class ConnectionPool: Sendable {
     ///   when the task is cancelled while waiting; otherwise whatever `body` throws.
     @discardableResult
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
-        let slot = try await acquire()
         let configuration = configuration
         let borrower = Slot.Borrower()
+        let assigned = Slot.Assignment()
+        let id = state.withLock { state -> Int in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
         return try await withTaskCancellationHandler {
-            try await slot.thread.run {
-                // Released on the connection's thread the moment the body is done, not after this task is
-                // scheduled again: on a busy cooperative pool that could take long enough for the next waiter
-                // to time out while the connection sat idle. (The job always runs, so this always happens.)
-                defer { self.release(slot) }
-                return try slot.use(configuration, as: borrower, body)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                let start: @Sendable (Slot) -> Void = { slot in
+                    slot.thread.submit {
+                        let result = Result { try slot.use(configuration, as: borrower, body) }
+                        // Returned the moment the body is done, on this thread: the next waiter's body runs next.
+                        self.release(slot)
+                        continuation.resume(with: result)
+                    }
+                }
+                let checkout = state.withLock { state -> Checkout in
+                    if state.closed { return .fail(PostgresClientError(.poolClosed, "the connection pool is closed")) }
+                    if Task.isCancelled { return .fail(CancellationError()) }
+                    if let slot = state.idle.popLast() {
+                        state.lent[ObjectIdentifier(slot)] = slot
+                        assigned.set(slot)
+                        return .ready(slot)
+                    }
+                    if state.slots < configuration.maxConnections {
+                        state.slots += 1
+                        let slot = Slot(name: "poopypals-pg-\(state.slots)")
+                        state.lent[ObjectIdentifier(slot)] = slot
+                        assigned.set(slot)
+                        return .ready(slot)
+                    }
+                    state.waiters.append(Waiter(id: id, assign: { slot in assigned.set(slot) }, start: start,
+                                                fail: { continuation.resume(throwing: $0) }))
+                    return .wait
+                }
+                switch checkout {
+                case .ready(let slot): start(slot)
+                case .fail(let error): continuation.resume(throwing: error)
+                case .wait: startTimer(for: id)
+                }
             }
         } onCancel: {
-            // Borrower-scoped: once released, a late cancel finds another borrower running and does nothing.
-            slot.cancel(borrower)
+            // Still waiting: fail the wait. Lent (assigned under the same lock, so never in between): cancel the
+            // body, borrower-scoped: once released, a late cancel finds another borrower running and does nothing.
+            if !fail(waiter: id, with: CancellationError()), let slot = assigned.slot {
+                slot.cancel(borrower)
+            }
         }
     }
 
@@ -114,7 +156,7 @@ public final class ConnectionPool: Sendable {
         }
         for waiter in waiters {
             waiter.timer?.cancel()
-            waiter.continuation.resume(throwing: PostgresClientError(.poolClosed, "the connection pool is closed"))
+            waiter.fail(PostgresClientError(.poolClosed, "the connection pool is closed"))
         }
         if cancellingInFlight {
             for slot in lent { slot.cancelCurrent() }
@@ -132,40 +174,6 @@ public final class ConnectionPool: Sendable {
         case fail(any Error)
     }
 
-    private func acquire() async throws -> Slot {
-        let id = state.withLock { state -> Int in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Slot, any Error>) in
-                let checkout = state.withLock { state -> Checkout in
-                    if state.closed { return .fail(PostgresClientError(.poolClosed, "the connection pool is closed")) }
-                    if Task.isCancelled { return .fail(CancellationError()) }
-                    if let slot = state.idle.popLast() {
-                        state.lent[ObjectIdentifier(slot)] = slot
-                        return .ready(slot)
-                    }
-                    if state.slots < configuration.maxConnections {
-                        state.slots += 1
-                        let slot = Slot(name: "poopypals-pg-\(state.slots)")
-                        state.lent[ObjectIdentifier(slot)] = slot
-                        return .ready(slot)
-                    }
-                    state.waiters.append(Waiter(id: id, continuation: continuation))
-                    return .wait
-                }
-                switch checkout {
-                case .ready(let slot): continuation.resume(returning: slot)
-                case .fail(let error): continuation.resume(throwing: error)
-                case .wait: startTimer(for: id)
-                }
-            }
-        } onCancel: {
-            fail(waiter: id, with: CancellationError())
-        }
-    }
-
     private func startTimer(for id: Int) {
         let timeout = configuration.acquireTimeout
         let timer = Task { [weak self] in
@@ -179,15 +187,18 @@ public final class ConnectionPool: Sendable {
         }
     }
 
-    private func fail(waiter id: Int, with error: any Error) {
+    /// Fails waiter `id` if it still waits; false when it does not (lent a connection, or gone).
+    @discardableResult
+    private func fail(waiter id: Int, with error: any Error) -> Bool {
         let waiter = state.withLock { state -> Waiter? in
             guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
             return state.waiters.remove(at: index)
         }
-        guard let waiter else { return }
+        guard let waiter else { return false }
         waiter.timer?.cancel()
-        waiter.continuation.resume(throwing: error)
+        waiter.fail(error)
         if error is PostgresClientError { logger.warning("database connection wait timed out") }
+        return true
     }
 
     /// One decision under one lock: hand the slot to the next waiter, keep it idle, or (pool closed) shut it.
@@ -199,7 +210,11 @@ public final class ConnectionPool: Sendable {
                 state.slots -= 1
                 return .shutDown
             }
-            if !state.waiters.isEmpty { return .handOver(state.waiters.removeFirst()) }  // still lent
+            if !state.waiters.isEmpty {  // still lent, now to the next waiter
+                let waiter = state.waiters.removeFirst()
+                waiter.assign(slot)
+                return .handOver(waiter)
+            }
             state.lent[ObjectIdentifier(slot)] = nil
             state.idle.append(slot)
             return .keep
@@ -207,7 +222,7 @@ public final class ConnectionPool: Sendable {
         switch next {
         case .handOver(let waiter):
             waiter.timer?.cancel()
-            waiter.continuation.resume(returning: slot)
+            waiter.start(slot)
         case .shutDown:
             slot.shutDown {}
         case .keep:
@@ -225,6 +240,13 @@ extension ConnectionPool {
         private let lock = NSLock()
         /// The borrower whose body runs now, and its connection's cancel token; nil between borrowers.
         private var running: (borrower: Borrower, token: CancelToken)?
+
+        /// Which slot a waiting borrower was lent, for its cancel handler.
+        final class Assignment: Sendable {
+            private let value = Mutex<Slot?>(nil)
+            func set(_ slot: Slot) { value.withLock { $0 = slot } }
+            var slot: Slot? { value.withLock { $0 } }
+        }
 
         /// One borrowing: a cancel is meant for it alone, never for the next borrower of the same connection.
         final class Borrower: @unchecked Sendable {

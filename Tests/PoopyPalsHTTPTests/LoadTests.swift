@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import PoopyPalsData
+import PostgresClient
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -57,6 +58,49 @@ struct LoadTests {
     }
 
     #if canImport(Glibc)
+    /// A returned connection goes straight to the next waiter's body, on the connection's own thread, even while
+    /// every cooperative thread is blocked (a saturated server): waiting for the waiter's task to be scheduled
+    /// first left connections idle and made other waiters time out (CI saw "4 in use, 5 waiting" for 10 s).
+    /// Blocks the cooperative pool on purpose, so it runs here, alone.
+    @Test func queuedBodiesRunWhileTheCooperativePoolIsBlocked() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 2)
+            let finished = Locked<[ContinuousClock.Instant]>([])
+            let work = Task {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<10 {
+                        group.addTask {
+                            try await pool.withConnection { conn in
+                                try conn.query("SELECT pg_sleep(0.01)")
+                                finished.withLock { $0.append(.now) }
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            let setUp = ContinuousClock.now + .seconds(10)
+            while pool.statistics.waiting < 8, ContinuousClock.now < setUp { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(pool.statistics.waiting == 8)
+            // One blocking sleep per cooperative thread (as many as cores), all at once, for 1.5 s.
+            let blockedFrom = ContinuousClock.now
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<ProcessInfo.processInfo.activeProcessorCount {
+                    group.addTask { Self.blockThisThread(seconds: 1.5) }
+                }
+            }
+            try await work.value
+            let times = finished.withLock { $0 }
+            #expect(times.count == 10)
+            let duringBlockade = times.filter { $0 < blockedFrom + .seconds(1.4) }.count
+            #expect(duringBlockade == 10, "\(duringBlockade) of 10 bodies ran while the cooperative pool was blocked")
+            await pool.close()
+        }
+    }
+
+    /// Blocks the calling thread (on purpose: a cooperative one, in the test above).
+    static func blockThisThread(seconds: Double) { Thread.sleep(forTimeInterval: seconds) }
+
     @Test func idleAndStalledConnectionsAreClosedAfterTheIdleTimeout() async throws {
         try await TestDatabase.withMigrated { db in
             let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_IDLE_TIMEOUT": "1s"])
