@@ -1,5 +1,5 @@
 // swift-tools-version:6.2
-// `make bench`: the service's data layer and API beside pgbench (and, later, peers) on the same SQL. A package
+// `make bench`: the service's data layer and API beside pgbench and vapor/postgres-nio on the same SQL. A package
 // of its own, depending on the service by path, so that the service's build and `make test` never compile the
 // benchmark's dependencies.
 import Foundation
@@ -16,6 +16,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        // The peer: what a Swift developer would otherwise pick (only here, never in the service's build).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .executableTarget(
@@ -26,6 +29,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Subprocess", package: "swift-subprocess"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
     ]

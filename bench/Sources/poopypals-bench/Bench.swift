@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Logging
+import PostgresNIO
 import PoopyPalsData
 import PostgresClient
 
@@ -39,6 +41,9 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Skip the scaling and HTTP runs.")
     var skipExtras = false
 
+    @Flag(help: "Skip the vapor/postgres-nio peer.")
+    var skipPeer = false
+
     @Option(help: "Where to write the results as JSON.")
     var json = "bench/out/results.json"
 
@@ -75,14 +80,14 @@ struct Bench: AsyncParsableCommand {
         let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 8))
         let database = Database(pool: pool)
         for size in skipExtras ? [] : scalingRows + (tenMillion ? [10_000_000] : []) {
-            try await Scaling.seed(rows: size, devices: devices, pool: pool)
-            let list = Scenario.all(devices: devices)[0]
+            let count = Scaling.devices(for: size, seeded: devices)
+            try await Scaling.seed(rows: size, devices: count, pool: pool)
+            let list = Scenario.all(devices: count)[0]
             let repositories = Scenario.Repositories(database: database)
-            let count = devices
             let measurement = try await runLoad(concurrency: 8, duration: .seconds(seconds)) { _ in
                 try await list.ours(repositories, Int.random(in: 1...count))
             }
-            let row = ScalingRow(rows: size, measurement: measurement, plan: try await Scaling.plan(database: database))
+            let row = ScalingRow(rows: size, devices: count, measurement: measurement, plan: try await Scaling.plan(database: database))
             print(String(format: "scaling %d rows: %.0f ops/s, p99 %.2f ms", size, measurement.opsPerSecond, measurement.p99Milliseconds ?? 0))
             scaling.append(row)
         }
@@ -143,14 +148,34 @@ struct Bench: AsyncParsableCommand {
         }
         var ours: [Measurement] = []
         var theirs: [Measurement] = []
+        var nio: [Measurement] = []
+        // The postgres-nio peer: its own pool of the same size, warmed up the same way, run in a task as its
+        // README says; skipped (with a note) when the server is not reached by a URL it can take.
+        let peerConfiguration = skipPeer ? nil : try? NIOPeer.configuration(url: try urlFor(target), maximumConnections: level)
+        let peer = peerConfiguration.map { NIOPeer(client: PostgresNIO.PostgresClient(configuration: $0, backgroundLogger: Logger(label: "bench.postgres-nio"))) }
+        let peerTask = peer.map { peer in Task { await peer.client.run() } }
+        defer { peerTask?.cancel() }
+        let name = scenario.name
+        if let peer {
+            _ = try await runLoad(concurrency: level, duration: .milliseconds(500)) { worker in
+                let n = 1 + (worker * 7919) % devices
+                try await peer.request(name, key: Scenario.device(n).key, user: Scenario.user(n), email: Scenario.email(n))
+            }
+        }
         for _ in 0..<rounds {
             ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
                 try await scenario.ours(repositories, Int.random(in: 1...devices))
             })
             theirs.append(try await pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
+            if let peer {
+                nio.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
+                    let n = Int.random(in: 1...devices)
+                    try await peer.request(name, key: Scenario.device(n).key, user: Scenario.user(n), email: Scenario.email(n))
+                })
+            }
         }
         await repositories.database.pool.close()
-        return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, roundTrips: roundTrips)
+        return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, nio: nio, roundTrips: roundTrips)
     }
 
     /// pgbench and the server take a URI or key=value string; point it at the bench database.

@@ -5,12 +5,18 @@ import PostgresClient
 /// Scenario 2 at growing table sizes, with the plan PostgreSQL picks under row-level security.
 struct ScalingRow: Encodable {
     let rows: Int
+    let devices: Int
     let measurement: Measurement
     let plan: String
 }
 
 enum Scaling {
-    /// Seeds `rows` logs spread over the devices (maintenance path: FORCE lifted inside the transaction).
+    /// Devices to spread `rows` logs over so that each has at least 21 (a full page of 20 plus one), so that
+    /// every size lists the same number of rows: equal work.
+    static func devices(for rows: Int, seeded: Int) -> Int { max(1, min(seeded, rows / 21)) }
+
+    /// Seeds `rows` logs spread over the first `devices` devices (maintenance path: FORCE lifted inside the
+    /// transaction).
     static func seed(rows: Int, devices: Int, pool: ConnectionPool) async throws {
         try await pool.withConnection { conn in
             try conn.transaction { conn in

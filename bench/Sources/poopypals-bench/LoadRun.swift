@@ -8,6 +8,9 @@ struct Measurement: Sendable, Encodable {
     let p50Milliseconds: Double?
     let p99Milliseconds: Double?
     var averageMilliseconds: Double? = nil
+    /// Client CPU (user + system) and context switches per operation (`Usage`).
+    var cpuMicrosecondsPerOperation: Double? = nil
+    var contextSwitchesPerOperation: Double? = nil
     var opsPerSecond: Double { Double(operations) / seconds }
 }
 
@@ -18,6 +21,7 @@ func runLoad(
     _ operation: @escaping @Sendable (_ worker: Int) async throws -> Void
 ) async throws -> Measurement {
     let clock = ContinuousClock()
+    let usage = Usage.ofThisProcess()
     let started = clock.now
     let deadline = started + duration
     let perWorkerCap = max(1, maxOperations / concurrency)
@@ -46,8 +50,10 @@ func runLoad(
     func percentile(_ p: Double) -> Double? {
         histogram.totalCount == 0 ? nil : Double(histogram.valueAtPercentile(p * 100)) / 1000
     }
+    let perOperation = usage.perOperation(until: Usage.ofThisProcess(), operations: latencies.count)
     return Measurement(operations: latencies.count, seconds: seconds(elapsed),
-                       p50Milliseconds: percentile(0.50), p99Milliseconds: percentile(0.99))
+                       p50Milliseconds: percentile(0.50), p99Milliseconds: percentile(0.99),
+                       cpuMicrosecondsPerOperation: perOperation?.cpu, contextSwitchesPerOperation: perOperation?.switches)
 }
 
 func seconds(_ duration: Duration) -> Double {

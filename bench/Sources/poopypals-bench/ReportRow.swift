@@ -7,17 +7,29 @@ struct ReportRow: Encodable {
     let concurrency: Int
     let ours: [Measurement]
     let pgbench: [Measurement]
+    /// vapor/postgres-nio doing the same transaction (`NIOPeer`); empty when not run.
+    let nio: [Measurement]
     /// Request/response turns of one request, from libpq's trace.
     let roundTrips: Int
 
     /// Our ops/s over pgbench's, per round (runs alternate, so each pair shares the same conditions).
     var ratios: [Double] { zip(ours, pgbench).map { $0.opsPerSecond / $1.opsPerSecond } }
+    var nioRatios: [Double] { zip(ours, nio).map { $0.opsPerSecond / $1.opsPerSecond } }
     var oursRate: Double { median(ours.map(\.opsPerSecond)) }
 
     var line: String {
-        String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %.2f / %.2f ms | %d |",
-               scenario, concurrency, oursRate, median(pgbench.map(\.opsPerSecond)), ratios.min() ?? 0, ratios.max() ?? 0,
-               median(ours.compactMap(\.p50Milliseconds)), median(ours.compactMap(\.p99Milliseconds)), roundTrips)
+        func usage(_ runs: [Measurement], _ value: KeyPath<Measurement, Double?>, _ format: String) -> String {
+            let values = runs.compactMap { $0[keyPath: value] }
+            return values.isEmpty ? "–" : String(format: format, median(values))
+        }
+        let nioRate = nio.isEmpty ? "–" : String(format: "%.0f", median(nio.map(\.opsPerSecond)))
+        let nioRatio = nio.isEmpty ? "–" : String(format: "%.2f", nioRatios.min() ?? 0)
+        let cpu = [ours, pgbench, nio].map { usage($0, \.cpuMicrosecondsPerOperation, "%.0f") }.joined(separator: " / ")
+        let switches = [ours, pgbench, nio].map { usage($0, \.contextSwitchesPerOperation, "%.1f") }.joined(separator: " / ")
+        return String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %@ | %@ | %.2f / %.2f ms | %@ | %@ | %d |",
+                      scenario, concurrency, oursRate, median(pgbench.map(\.opsPerSecond)), ratios.min() ?? 0, ratios.max() ?? 0,
+                      nioRate, nioRatio, median(ours.compactMap(\.p50Milliseconds)), median(ours.compactMap(\.p99Milliseconds)),
+                      cpu, switches, roundTrips)
     }
 }
 
@@ -57,16 +69,23 @@ struct Report: Encodable {
     }
 
     var markdown: String {
-        var text = "Measured \(date) on \(machine); \(secondsPerRun) s per run, \(rounds) alternating rounds (ours, then pgbench).\n\n"
-        text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ratio (min–max) | ours p50 / p99 | round trips |\n"
-        text += "|---|---|---|---|---|---|---|\n"
+        var text = "Measured \(date) on \(machine); \(secondsPerRun) s per run, \(rounds) alternating rounds (ours, pgbench, postgres-nio).\n"
+        text += "Ratios are per round (min–max); vs postgres-nio: the smallest. CPU and context switches are the client's, per request "
+        text += "(`getrusage`: our whole process; pgbench's process; the postgres-nio peer's whole process).\n\n"
+        text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips |\n"
+        text += "|---|---|---|---|---|---|---|---|---|---|---|\n"
         text += scenarios.map(\.line).joined(separator: "\n") + "\n"
         text += String(format: "\nDevice key derivation (`DeviceID(validating:)`: parse, SHA-256; once per request, on the client): %.2f µs.\n",
                        keyDerivationNanoseconds / 1000)
         if !scaling.isEmpty {
-            text += "\nScaling of “list 20 newest logs” (concurrency 8):\n\n| rows | ops/s | p99 |\n|---|---|---|\n"
-            text += scaling.map { String(format: "| %d | %.0f | %.2f ms |", $0.rows, $0.measurement.opsPerSecond, $0.measurement.p99Milliseconds ?? 0) }
-                .joined(separator: "\n") + "\n"
+            text += "\nScaling of “list 20 newest logs” (concurrency 8; every device has at least 21 logs, so every request returns 20):\n\n"
+            text += "| rows | devices | logs per device | ops/s | p99 | vs smallest |\n|---|---|---|---|---|---|\n"
+            let first = scaling.first?.measurement.opsPerSecond ?? 0
+            text += scaling.map {
+                String(format: "| %d | %d | %d | %.0f | %.2f ms | %.2f |", $0.rows, $0.devices, $0.rows / max(1, $0.devices),
+                       $0.measurement.opsPerSecond, $0.measurement.p99Milliseconds ?? 0,
+                       first > 0 ? $0.measurement.opsPerSecond / first : 0)
+            }.joined(separator: "\n") + "\n"
             if let largest = scaling.last {
                 text += "\nPlan under row-level security at \(largest.rows) rows:\n\n```\n\(largest.plan)\n```\n"
             }

@@ -1,0 +1,80 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The peer a Swift developer would otherwise pick: vapor/postgres-nio's `PostgresClient`, used as its README
+/// shows (`run()` in a task, `withTransaction`, string interpolation for binds), doing each scenario's request
+/// transaction — the same statements with the same values — closed loop at the same concurrency. Each statement
+/// is its own round trip there (BEGIN, the context, the statement, COMMIT), where we pipeline them into one.
+struct NIOPeer: Sendable {
+    let client: PostgresNIO.PostgresClient
+    let logger = Logger(label: "bench.postgres-nio")
+
+    /// - Throws: for a connection string that is not a `postgresql://user:password@host:port/database` URL.
+    static func configuration(url: String, maximumConnections: Int) throws -> PostgresNIO.PostgresClient.Configuration {
+        guard let components = URLComponents(string: url), let user = components.user, let host = components.host
+        else { throw BenchError("the postgres-nio peer needs a postgresql://user:password@host:port/db URL") }
+        var configuration = PostgresNIO.PostgresClient.Configuration(
+            host: host, port: components.port ?? 5432, username: user, password: components.password,
+            database: String(components.path.dropFirst()), tls: .disable)
+        configuration.options.maximumConnections = maximumConnections
+        configuration.options.minimumConnections = 0
+        return configuration
+    }
+
+    /// The first statement of every request: the same settings as ours and pgbench's (`Scenario.context`).
+    func context(_ conn: PostgresConnection, key: String) async throws {
+        try await conn.query("""
+            SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(key), true), \
+            set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true)
+            """, logger: logger)
+    }
+
+    /// Runs one scenario's request for seeded device / user `n` with the device key `key` (derived on the
+    /// client, as ours is).
+    func request(_ scenario: String, key: UUID, user: UUID, email: String) async throws {
+        let keyText = key.uuidString.lowercased()
+        try await client.withTransaction(logger: logger) { conn in
+            try await context(conn, key: keyText)
+            let rows: PostgresRowSequence
+            switch scenario {
+            case "list 20 newest logs":
+                rows = try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21", logger: logger)
+            case "ensureProfile (existing user)":
+                rows = try await conn.query("SELECT * FROM poopypals_ensure_profile(\(user), \(email), false, NULL, false, NULL)", logger: logger)
+            case "register existing device":
+                rows = try await conn.query("""
+                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) \
+                    VALUES (\(key), \("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false) ON CONFLICT (id) DO UPDATE SET \
+                    model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, \
+                    build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() \
+                    RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted
+                    """, logger: logger)
+            case "create log":
+                let id = UUID()
+                rows = try await conn.query("""
+                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) \
+                    VALUES (\(id), \(key), \(Date()), 4, NULL) ON CONFLICT (id) DO NOTHING \
+                    RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) \
+                    SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, \
+                    updated_at, change_seq AS version, false FROM poop_logs WHERE id = \(id) AND NOT EXISTS (SELECT FROM inserted)
+                    """, logger: logger)
+            case "sync pull (first page of 20)":
+                rows = try await conn.query("""
+                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS (SELECT 'upsert'::text AS op, \
+                    l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, \
+                    l.change_seq AS version FROM poop_logs l WHERE l.change_seq > 0 UNION ALL SELECT 'delete', t.change_seq, \
+                    t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.change_seq > 0 ORDER BY 2 LIMIT 21) \
+                    SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
+                    """, logger: logger)
+            case "sync push (one new log)":
+                let id = UUID()
+                for try await _ in try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE id = \(id) FOR UPDATE", logger: logger) {}
+                rows = try await conn.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (\(id), \(key), \(Date()), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id", logger: logger)
+            default:
+                throw BenchError("no postgres-nio request for \(scenario)")
+            }
+            for try await _ in rows {}
+        }
+    }
+}
