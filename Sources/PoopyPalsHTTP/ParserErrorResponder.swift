@@ -83,6 +83,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         head.headerFields[.requestID] = UUID().uuidString.lowercased()
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
     }
 }
