@@ -30,6 +30,10 @@ public struct APIConfiguration: Sendable {
     /// A connection that sends nothing for this long is closed: an idle keep-alive connection, or a client
     /// that stops in the middle of its headers or body (`POOPYPALS_IDLE_TIMEOUT`).
     public var idleTimeout: Duration = .seconds(30)
+    /// A request's headers must arrive within this (from the connection's start or the previous response's
+    /// end), and then its body within it again: else 408 and the connection is closed
+    /// (`POOPYPALS_REQUEST_TIMEOUT`). Bounds clients that trickle bytes, which the idle timeout does not.
+    public var requestTimeout: Duration = .seconds(30)
     /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
     public var maxConnections = 8192
     public var database: ConnectionConfiguration
@@ -103,7 +107,7 @@ func buildApplication(
     return Application(
         router: router,
         server: .http1(configuration: .init(
-            additionalChannelHandlers: [ParserErrorResponder()],
+            additionalChannelHandlers: [ParserErrorResponder(requestTimeout: TimeAmount(configuration.requestTimeout))],
             idleTimeout: TimeAmount(configuration.idleTimeout),
             httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
                                             maxHeaderListSize: ParserErrorResponder.maxHeaderSize,

@@ -12,7 +12,8 @@ struct Serve: AsyncParsableCommand {
             Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. POOPYPALS_STATEMENT_TIMEOUT \
             (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; POOPYPALS_IDLE_TIMEOUT (default \
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
-            POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections. SIGTERM or SIGINT: stop \
+            POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
+            (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections. SIGTERM or SIGINT: stop \
             accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
@@ -58,6 +59,9 @@ struct Serve: AsyncParsableCommand {
         configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
         if let text = environment["POOPYPALS_IDLE_TIMEOUT"], !text.isEmpty {
             do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }
+        }
+        if let text = environment["POOPYPALS_REQUEST_TIMEOUT"], !text.isEmpty {
+            do { configuration.requestTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_REQUEST_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }
         }
         if let text = environment["POOPYPALS_MAX_CONNECTIONS"], !text.isEmpty {
             guard let value = Int(text), (1...100_000).contains(value) else { fail("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }

@@ -116,6 +116,56 @@ struct LoadTests {
         }
     }
 
+    /// A client that trickles its request (a byte every 200 ms, never idle for the 30 s idle timeout) is cut off
+    /// by the request timeout: 408 for a request begun, headers or body; an idle connection is closed silently.
+    @Test func tricklingClientsAreCutOffByTheRequestTimeout() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_REQUEST_TIMEOUT": "1s"])
+            defer { process.terminate() }
+            let port = try #require(Int(base.split(separator: ":").last ?? ""))
+            let starts = [
+                ("headers", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "),
+                // A well-formed device id: the route reads the body before anything else refuses it.
+                ("body", "POST /v1/logs HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(UUID().uuidString)\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"),
+            ]
+            for (name, start) in starts {
+                let (answer, seconds) = await Self.blocking { Self.trickle(port: port, start: start, for: 8) }
+                #expect(answer.hasPrefix("HTTP/1.1 408"), "\(name): \(answer.prefix(200))")
+                #expect(answer.contains("request_timeout"), "\(name)")
+                #expect(seconds < 6, "\(name): cut off after \(seconds) s")
+            }
+            let idle = try #require(await Self.blocking { Self.connect(port: port) })
+            defer { close(idle) }
+            let started = ContinuousClock.now
+            #expect(await Self.blocking { Self.closedByServer(idle, within: 8) }, "an idle connection stayed open")
+            #expect(ContinuousClock.now - started < .seconds(6))
+        }
+    }
+
+    /// Sends `start`, then one space every 200 ms until the server closes or `limit` seconds pass; returns what
+    /// the server sent and when it closed.
+    static func trickle(port: Int, start: String, for limit: Double) -> (String, Double) {
+        guard let fd = connect(port: port) else { return ("", 0) }
+        defer { close(fd) }
+        let began = ContinuousClock.now
+        _ = start.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        var text = ""
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now - began < .seconds(limit) {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 200) == 1 {
+                let count = recv(fd, &buffer, buffer.count, 0)
+                if count <= 0 { break }
+                text += String(decoding: buffer[0..<count], as: UTF8.self)
+                continue
+            }
+            if send(fd, " ", 1, Int32(MSG_NOSIGNAL)) < 0 { break }
+        }
+        let elapsed = ContinuousClock.now - began
+        return (text, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+    }
+
     /// Thousands of connections closed at once must not stall the server (issue: 6 000 → 4 s, 12 000 → 32 s).
     @Test func closingFourThousandConnectionsAtOnceDoesNotStallTheServer() async throws {
         try await TestDatabase.withMigrated { db in
