@@ -24,6 +24,9 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         let error: Detail
     }
 
+    /// The JSON body, also written by `ParserErrorResponder` below the router.
+    func body() throws -> Data { try JSONResponse.encode(Body(error: .init(code: code, message: message))) }
+
     public func response(from request: Request, context: some RequestContext) throws -> Response {
         var response = try JSONResponse.make(status, Body(error: .init(code: code, message: message)))
         response.headers.append(contentsOf: headers)

@@ -42,7 +42,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
     private var open = 0
     /// A request's head has arrived but not its end.
     private var readingBody = false
-    private var pending: (status: HTTPResponse.Status, code: String, message: String)?
+    private var pending: APIError?
     private var answered = false
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -86,11 +86,10 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         let part = unwrapOutboundIn(data)
         context.write(data, promise: promise)
         switch part {
-        case .head: responseStarted = true
+        case .head: responseStarted = true; return
         case .body: return
         case .end: break
         }
-        guard case .end = part else { return }
         open = max(0, open - 1)
         guard open == 0 else { return }
         if let pending {
@@ -117,7 +116,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         case .headers:
             guard open == 0 else { return }
             if watch.arrived {
-                respond(context: context, (.init(code: 408), "request_timeout", "the request's headers did not arrive within \(seconds) s"))
+                respond(context: context, APIError(.init(code: 408), "request_timeout", "the request's headers did not arrive within \(seconds) s"))
             } else {
                 context.close(promise: nil)  // an idle keep-alive connection: nothing to answer
             }
@@ -126,7 +125,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
             if responseStarted {
                 context.close(promise: nil)
             } else {
-                respond(context: context, (.init(code: 408), "request_timeout", "the request's body did not arrive within \(seconds) s"))
+                respond(context: context, APIError(.init(code: 408), "request_timeout", "the request's body did not arrive within \(seconds) s"))
             }
         }
     }
@@ -137,28 +136,26 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         if open == 0 { respond(context: context, answer) } else { pending = answer }
     }
 
-    static func answer(for error: HTTPParserError) -> (status: HTTPResponse.Status, code: String, message: String) {
+    static func answer(for error: HTTPParserError) -> APIError {
         switch error {
         case .headerOverflow:
-            return (.init(code: 431), "headers_too_large",
+            return APIError(.init(code: 431), "headers_too_large",
                     "the request line or a header is longer than \(maxFieldSize) bytes, the headers longer than \(maxHeaderSize) bytes, or there are more than \(maxFieldCount) headers")
         case .unexpectedContentLength, .invalidContentLength:
-            return (.badRequest, "malformed_request",
-                    "the request's length is ambiguous: one Content-Length, or Transfer-Encoding: chunked, not both or two")
+            return APIError(.badRequest, "malformed_request",
+                            "the request's length is ambiguous: one Content-Length, or Transfer-Encoding: chunked, not both or two")
         case .invalidMethod:
-            return (.badRequest, "malformed_request", "the request method is not a valid HTTP method")
+            return APIError(.badRequest, "malformed_request", "the request method is not a valid HTTP method")
         default:
-            return (.badRequest, "malformed_request", "the request is not valid HTTP/1.1")
+            return APIError(.badRequest, "malformed_request", "the request is not valid HTTP/1.1")
         }
     }
 
-    private func respond(context: ChannelHandlerContext,
-                         _ answer: (status: HTTPResponse.Status, code: String, message: String)) {
+    private func respond(context: ChannelHandlerContext, _ answer: APIError) {
         guard !answered else { return }
         timer?.cancel()
         timer = nil
-        let json = (try? JSONEncoder().encode(["error": ["code": answer.code, "message": answer.message]])) ?? Data()
-        let body = context.channel.allocator.buffer(bytes: json)
+        let body = context.channel.allocator.buffer(bytes: (try? answer.body()) ?? Data())
         var head = HTTPResponse(status: answer.status)
         head.headerFields[.contentType] = "application/json; charset=utf-8"
         head.headerFields[.contentLength] = String(body.readableBytes)
