@@ -104,14 +104,18 @@ func buildApplication(
         onServerRunning: { channel in await onMetricsListening(channel.localAddress?.port ?? configuration.metricsPort) },
         logger: logger)
     Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
+    let http1 = HTTP1Channel.Configuration(
+        additionalChannelHandlers: [ParserErrorResponder(requestTimeout: TimeAmount(configuration.requestTimeout))],
+        idleTimeout: TimeAmount(configuration.idleTimeout),
+        httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
+                                        maxHeaderListSize: ParserErrorResponder.maxHeaderSize,
+                                        maxHeaderFieldCount: ParserErrorResponder.maxFieldCount))
+    let executor = pools.requests.taskExecutor()
     return Application(
         router: router,
-        server: .http1(configuration: .init(
-            additionalChannelHandlers: [ParserErrorResponder(requestTimeout: TimeAmount(configuration.requestTimeout))],
-            idleTimeout: TimeAmount(configuration.idleTimeout),
-            httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
-                                            maxHeaderListSize: ParserErrorResponder.maxHeaderSize,
-                                            maxHeaderFieldCount: ParserErrorResponder.maxFieldCount))),
+        server: HTTPServerBuilder { responder in
+            ExecutorChildChannel(base: HTTP1Channel(responder: responder, configuration: http1), executor: executor)
+        },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
         services: [PoolShutdown(pools: pools, logger: logger), metrics],

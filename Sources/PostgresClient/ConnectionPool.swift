@@ -4,9 +4,10 @@ import Synchronization
 
 /// A bounded pool of connections. Borrow one with `withConnection`; it never escapes the closure.
 ///
-/// Each pooled connection lives on a thread of its own, and the closure runs there, so the closure is
-/// synchronous and may block. Waiters are served first come, first served, and give up after
-/// `acquireTimeout`. A connection found broken (backend terminated, server restarted) is replaced on the next
+/// The closure runs on one of the pool's own threads, so it is synchronous and may block. A task that already
+/// runs on those threads (`taskExecutor()`) runs the closure right there, without handing it to another thread
+/// and back; any other task hands it to one of them and is resumed with the result.
+/// Waiters are served first come, first served, and give up after `acquireTimeout`. A connection found broken (backend terminated, server restarted) is replaced on the next
 /// checkout without a round trip.
 public final class ConnectionPool: Sendable {
     public struct Configuration: Sendable {
@@ -47,14 +48,14 @@ public final class ConnectionPool: Sendable {
     private let logger = Logger(label: "poopypals.postgres.pool")
 
     /// A borrower waiting for a connection. Its body is handed over with it: when a connection is returned, the
-    /// next waiter's body is queued on that connection's thread right away, so that no connection sits idle
+    /// next waiter's body is queued on the pool's threads right away, so that no connection sits idle
     /// until the waiting task is scheduled again (on a saturated cooperative pool that took long enough for
     /// other waiters to time out).
     private struct Waiter {
         let id: Int
         /// Called under the pool's lock when a slot is lent to this waiter (so that a cancel finds it).
         let assign: @Sendable (Slot) -> Void
-        /// Runs the body on the slot's thread; the slot is already lent.
+        /// Runs the body on the pool's threads; the slot is already lent.
         let start: @Sendable (Slot) -> Void
         let fail: @Sendable (any Error) -> Void
         var timer: Task<Void, Never>?
@@ -71,19 +72,30 @@ public final class ConnectionPool: Sendable {
         var inUse: Int { lent.count }
     }
 
+    /// The pool's threads: bodies run there, and so do tasks that prefer them (`taskExecutor()`).
+    let executor: ConnectionExecutor
+
     public init(configuration: Configuration) {
         self.configuration = configuration
+        executor = ConnectionExecutor(name: "poopypals-pg", maxThreads: configuration.maxConnections + 2)
     }
 
     deinit {
-        for slot in state.withLock({ $0.idle }) { slot.shutDown {} }
+        for slot in state.withLock({ $0.idle }) { slot.shutDown(on: executor) {} }
+        executor.stop()
     }
+
+    /// The pool's threads as a task executor. A task that prefers it (`withTaskExecutorPreference`,
+    /// `TaskGroup.addTask(executorPreference:)`) runs `withConnection`'s body inline, on the thread it is on,
+    /// whenever a connection is free: no thread hand-off per request. The server runs each HTTP connection on it.
+    /// Code on it may block for a database call; code that blocks for anything else belongs elsewhere.
+    public func taskExecutor() -> any TaskExecutor { executor }
 
     public var statistics: Statistics {
         state.withLock { Statistics(open: $0.slots, inUse: $0.inUse, idle: $0.idle.count, waiting: $0.waiters.count) }
     }
 
-    /// Borrows a connection for the duration of `body`, which runs on that connection's own thread.
+    /// Borrows a connection for the duration of `body`, which runs on one of the pool's threads.
     ///
     /// A transaction left open by `body` is rolled back, and session state it left (a `SET`, an advisory lock,
     /// a temporary table) is reset, before the connection is reused. When the task is cancelled while `body`
@@ -95,6 +107,16 @@ public final class ConnectionPool: Sendable {
     public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         let configuration = configuration
         let borrower = Slot.Borrower()
+        // On one of our threads (the task prefers a pool's executor): run the body here if a connection is free.
+        if executor.isCurrent, let slot = try checkOutIfFree() {
+            return try await withTaskCancellationHandler {
+                let result = Result { try slot.use(configuration, as: borrower, body) }
+                release(slot)
+                return try result.get()
+            } onCancel: {
+                slot.cancel(borrower)
+            }
+        }
         let assigned = Slot.Assignment()
         let id = state.withLock { state -> Int in
             state.nextWaiterID += 1
@@ -103,7 +125,7 @@ public final class ConnectionPool: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
                 let start: @Sendable (Slot) -> Void = { slot in
-                    slot.thread.submit {
+                    self.executor.submit {
                         let result = Result { try slot.use(configuration, as: borrower, body) }
                         // Returned the moment the body is done, on this thread: the next waiter's body runs next.
                         self.release(slot)
@@ -113,15 +135,7 @@ public final class ConnectionPool: Sendable {
                 let checkout = state.withLock { state -> Checkout in
                     if state.closed { return .fail(PostgresClientError(.poolClosed, "the connection pool is closed")) }
                     if Task.isCancelled { return .fail(CancellationError()) }
-                    if let slot = state.idle.popLast() {
-                        state.lent[ObjectIdentifier(slot)] = slot
-                        assigned.set(slot)
-                        return .ready(slot)
-                    }
-                    if state.slots < configuration.maxConnections {
-                        state.slots += 1
-                        let slot = Slot(name: "poopypals-pg-\(state.slots)")
-                        state.lent[ObjectIdentifier(slot)] = slot
+                    if let slot = Self.lendFree(&state, maxConnections: configuration.maxConnections) {
                         assigned.set(slot)
                         return .ready(slot)
                     }
@@ -162,8 +176,10 @@ public final class ConnectionPool: Sendable {
             for slot in lent { slot.cancelCurrent() }
         }
         for slot in idle {
-            await withCheckedContinuation { done in slot.shutDown { done.resume() } }
+            await withCheckedContinuation { done in slot.shutDown(on: executor) { done.resume() } }
         }
+        // The threads end once the queue is empty; a task that still prefers them goes on on the global executor.
+        executor.stop()
     }
 
     // MARK: - Checkout
@@ -172,6 +188,31 @@ public final class ConnectionPool: Sendable {
         case ready(Slot)
         case wait
         case fail(any Error)
+    }
+
+    /// An idle slot (or a new one, below the maximum), lent; nil when every slot is lent.
+    private static func lendFree(_ state: inout State, maxConnections: Int) -> Slot? {
+        let slot: Slot
+        if let idle = state.idle.popLast() {
+            slot = idle
+        } else if state.slots < maxConnections {
+            slot = Slot()
+            state.slots += 1
+        } else {
+            return nil
+        }
+        state.lent[ObjectIdentifier(slot)] = slot
+        return slot
+    }
+
+    /// For a body that runs on the caller's thread: a free slot, lent; nil when the caller has to wait.
+    private func checkOutIfFree() throws -> Slot? {
+        let maxConnections = configuration.maxConnections
+        return try state.withLock { state -> Slot? in
+            if state.closed { throw PostgresClientError(.poolClosed, "the connection pool is closed") }
+            if Task.isCancelled { throw CancellationError() }
+            return Self.lendFree(&state, maxConnections: maxConnections)
+        }
     }
 
     private func startTimer(for id: Int) {
@@ -224,7 +265,7 @@ public final class ConnectionPool: Sendable {
             waiter.timer?.cancel()
             waiter.start(slot)
         case .shutDown:
-            slot.shutDown {}
+            slot.shutDown(on: executor) {}
         case .keep:
             break
         }
@@ -232,10 +273,10 @@ public final class ConnectionPool: Sendable {
 }
 
 extension ConnectionPool {
-    /// One pooled connection and the thread it lives on. `connection` is touched only on `thread`; the cancel
-    /// state is shared with whatever thread asks for a cancel, under `lock`.
+    /// One pooled connection. `connection` is touched only by the borrower it is lent to, on one of the pool's
+    /// threads (lending goes through the pool's lock); the cancel state is shared with whatever thread asks for a
+    /// cancel, under `lock`.
     final class Slot: @unchecked Sendable {
-        let thread: ConnectionThread
         private var connection: Connection?
         private let lock = NSLock()
         /// The borrower whose body runs now, and its connection's cancel token; nil between borrowers.
@@ -254,9 +295,7 @@ extension ConnectionPool {
             var cancelled = false
         }
 
-        init(name: String) { thread = ConnectionThread(name: name) }
-
-        /// Runs on `thread`: (re)connects when needed, runs `body`, and leaves the connection clean for the next
+        /// Runs on a pool thread: (re)connects when needed, runs `body`, and leaves the connection clean for the next
         /// borrower: no open transaction, no session state, evicted statements closed, or else no connection.
         func use<T>(_ configuration: ConnectionPool.Configuration, as borrower: Borrower, _ body: (Connection) throws -> T) throws -> T {
             if let current = connection,
@@ -316,12 +355,12 @@ extension ConnectionPool {
             Thread.detachNewThread { token.cancel() }
         }
 
-        func shutDown(then done: @escaping @Sendable () -> Void) {
-            thread.submit { [self] in
+        /// Closes the connection on one of the pool's threads.
+        func shutDown(on executor: ConnectionExecutor, then done: @escaping @Sendable () -> Void) {
+            executor.submit { [self] in
                 connection = nil
                 done()
             }
-            thread.stop()
         }
     }
 }

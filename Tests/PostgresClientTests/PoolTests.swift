@@ -32,9 +32,9 @@ struct PoolTests {
     @Test func bodyRunsOnADedicatedThreadNotTheCooperativePool() async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 2)
-            let onConnectionThread = try await pool.withConnection { _ in ConnectionThread.isCurrent }
+            let onConnectionThread = try await pool.withConnection { _ in ConnectionExecutor.isCurrent }
             #expect(onConnectionThread)
-            #expect(!ConnectionThread.isCurrent)
+            #expect(!ConnectionExecutor.isCurrent)
             await pool.close()
         }
     }

@@ -1,0 +1,129 @@
+import Foundation
+import Synchronization
+
+/// The threads of one connection pool, where blocking libpq calls run — never on Swift's cooperative thread
+/// pool, whose few threads would otherwise stall behind network waits.
+///
+/// It is also a `TaskExecutor`. A task that prefers it (`ConnectionPool.taskExecutor()`) runs its async code
+/// on these threads, so a borrowed connection's body runs inline, on the thread the task is already on: no
+/// hand-off to another thread and back for each request (the README's architecture section has the numbers).
+///
+/// One FIFO queue, served by up to `maxThreads` threads, started on demand. A thread blocked in a database call
+/// holds a lent connection, so at most `maxConnections` of them block at once; the pool allows two threads more,
+/// so the other tasks on this executor always have a thread to go on with.
+final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
+    private enum Work {
+        case closure(@Sendable () -> Void)
+        case job(UnownedJob)
+    }
+
+    private let name: String
+    private let maxThreads: Int
+    private let id: Int
+    private static let ids = Atomic<Int>(0)
+    private static let marker = "poopypals.connection-executor"
+
+    // All below guarded by `condition`.
+    private let condition = NSCondition()
+    private var queue: [Work] = []
+    private var head = 0
+    private var threads = 0
+    private var sleeping = 0
+    /// Signals sent to sleeping threads and not yet taken: a second item must not count on the same sleeper.
+    private var signaled = 0
+    private var stopping = false
+
+    init(name: String, maxThreads: Int) {
+        self.name = name
+        self.maxThreads = max(1, maxThreads)
+        id = Self.ids.add(1, ordering: .relaxed).newValue
+    }
+
+    /// True on one of this executor's threads (where blocking libpq calls belong).
+    var isCurrent: Bool { Thread.current.threadDictionary[Self.marker] as? Int == id }
+
+    /// True on any pool's thread.
+    static var isCurrent: Bool { Thread.current.threadDictionary[marker] is Int }
+
+    /// Queues `job`; once every thread has ended (the pool was closed), runs it on the caller's thread instead,
+    /// so that no job (and no continuation waiting on one) is ever dropped.
+    func submit(_ job: @escaping @Sendable () -> Void) {
+        if !append(.closure(job)) { job() }
+    }
+
+    /// A task's next slice. After the threads have ended, tasks that still prefer this executor go on on the
+    /// global executor: they find the pool closed and finish.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        if !append(.job(job)) { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
+    }
+
+    /// Runs `body` on one of these threads and waits for it without blocking the caller's thread.
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            submit { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// Lets queued work finish, then ends the threads.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func append(_ item: Work) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        if stopping && threads == 0 { return false }
+        queue.append(item)
+        if sleeping > signaled {
+            signaled += 1
+            condition.signal()
+        } else if threads < maxThreads && !stopping {
+            threads += 1
+            let thread = Thread { [self] in
+                // Set from inside: on Linux a name given before start() is not applied to the OS thread.
+                Thread.current.name = name
+                Thread.current.threadDictionary[Self.marker] = id
+                serve()
+            }
+            thread.start()
+        }
+        return true
+    }
+
+    private func serve() {
+        let executor = asUnownedTaskExecutor()
+        condition.lock()
+        while true {
+            while head == queue.count && !stopping {
+                sleeping += 1
+                condition.wait()
+                sleeping -= 1
+                if signaled > 0 { signaled -= 1 }
+            }
+            if head == queue.count {  // stopping, and nothing left
+                threads -= 1
+                condition.unlock()
+                return
+            }
+            let item = queue[head]
+            head += 1
+            if head == queue.count {
+                queue.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 64 && head * 2 >= queue.count {
+                queue.removeFirst(head)
+                head = 0
+            }
+            condition.unlock()
+            switch item {
+            case .closure(let closure): closure()
+            case .job(let job): job.runSynchronously(on: executor)
+            }
+            condition.lock()
+        }
+    }
+}

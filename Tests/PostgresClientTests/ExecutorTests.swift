@@ -1,0 +1,180 @@
+import Foundation
+@testable import PostgresClient
+
+import Testing
+import TestSupport
+
+/// Tasks that prefer the pool's executor (`ConnectionPool.taskExecutor()`, what the HTTP server does for every
+/// connection): the body runs on the task's own thread, and everything the pool promises still holds.
+@Suite("Connection pool executor")
+struct ExecutorTests {
+    private static var threadID: UInt { UInt(bitPattern: Int(bitPattern: UInt(pthread_self()))) }
+
+    @Test func aTaskOnThePoolsExecutorRunsTheBodyOnItsOwnThreadWithoutAHandOff() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 2)
+            let threads = try await withTaskExecutorPreference(pool.taskExecutor()) {
+                var seen: [UInt] = []
+                for _ in 0..<20 {
+                    seen.append(Self.threadID)
+                    seen.append(try await pool.withConnection { connection in
+                        try connection.query("SELECT 1")
+                        return Self.threadID
+                    })
+                }
+                seen.append(Self.threadID)
+                return (seen, ConnectionExecutor.isCurrent)
+            }
+            // One thread throughout: before, inside and after every body. Before the change each body ran on a
+            // connection thread and the task went on elsewhere.
+            #expect(Set(threads.0).count == 1)
+            #expect(threads.1)
+            #expect(!ConnectionExecutor.isCurrent)
+            await pool.close()
+        }
+    }
+
+    @Test func thirtyTwoTasksOnThePoolsExecutorShareAPoolOfFour() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 4)
+            let peak = Locked(0)
+            let backends = try await withThrowingTaskGroup(of: Int32.self) { group in
+                for i in 0..<32 {
+                    group.addTask(executorPreference: pool.taskExecutor()) {
+                        try await pool.withConnection { conn in
+                            peak.withLock { $0 = max($0, pool.statistics.inUse) }
+                            try conn.query("SELECT pg_sleep(0.02), \(i)")
+                            return conn.serverProcessID
+                        }
+                    }
+                }
+                return try await group.reduce(into: Set<Int32>()) { $0.insert($1) }
+            }
+            #expect(backends.count <= 4)
+            #expect(peak.withLock { $0 } == 4)
+            #expect(pool.statistics == .init(open: 4, inUse: 0, idle: 4, waiting: 0))
+            await pool.close()
+        }
+    }
+
+    /// A body blocked in the database holds one thread; the other tasks on the executor go on meanwhile (the
+    /// executor has threads for every connection and two more), so one slow request does not stall the rest.
+    @Test func aSlowBodyDoesNotStallTheOtherTasksOnTheExecutor() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 2)
+            let executor = pool.taskExecutor()
+            let slow = Task(executorPreference: executor) {
+                try await pool.withConnection { try $0.query("SELECT pg_sleep(2)") }
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            let started = ContinuousClock.now
+            let quick = try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 0..<10 {
+                    group.addTask(executorPreference: executor) {
+                        try await pool.withConnection { try $0.query("SELECT \(i)::int")[0].decode(0, as: Int.self) }
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            #expect(quick == 45)
+            #expect(ContinuousClock.now - started < .seconds(1.5))  // not behind the 2 s statement
+            _ = try await slow.value
+            await pool.close()
+        }
+    }
+
+    @Test func cancellingATaskOnTheExecutorCancelsItsStatementOnTheServer() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let started = ContinuousClock.now
+            let task = Task(executorPreference: pool.taskExecutor()) {
+                try await pool.withConnection { try $0.query("SELECT pg_sleep(30)") }
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            task.cancel()
+            await #expect(throws: (any Error).self) { try await task.value }
+            #expect(ContinuousClock.now - started < .seconds(15))
+            // The cancelled session is not reused: the next borrower gets another backend, and the pool works.
+            let pids = try await withTaskExecutorPreference(pool.taskExecutor()) {
+                try await pool.withConnection { conn in
+                    try conn.query("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND state = 'active' AND pid <> pg_backend_pid()")[0]
+                        .decode(0, as: Int.self)
+                }
+            }
+            #expect(pids == 0)
+            await pool.close()
+        }
+    }
+
+    @Test func anAlreadyCancelledTaskOnTheExecutorDoesNotBorrow() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let ran = Locked(false)
+            let task = Task(executorPreference: pool.taskExecutor()) {
+                withUnsafeCurrentTask { $0?.cancel() }
+                try await pool.withConnection { _ in ran.withLock { $0 = true } }
+            }
+            await #expect(throws: CancellationError.self) { try await task.value }
+            #expect(!ran.value)
+            await pool.close()
+        }
+    }
+
+    @Test func waitersOnTheExecutorTimeOutWithAClearError() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1, acquireTimeout: .milliseconds(200))
+            let executor = pool.taskExecutor()
+            let holding = Locked(false)
+            let waiterDone = Locked(false)
+            let holder = Task(executorPreference: executor) {
+                try await pool.withConnection { conn in
+                    holding.withLock { $0 = true }
+                    let deadline = Date().addingTimeInterval(10)
+                    while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                    try conn.query("SELECT 1")
+                }
+            }
+            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+            let started = ContinuousClock.now
+            let waiter = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
+            let error = await #expect(throws: PostgresClientError.self) { try await waiter.value }
+            #expect(error?.kind == .poolTimeout)
+            #expect(ContinuousClock.now - started < .seconds(5))  // the timeout, not the holder's 10 s
+            waiterDone.withLock { $0 = true }
+            try await holder.value
+            await pool.close()
+        }
+    }
+
+    /// Closing the pool under tasks that prefer its executor: nothing hangs, and a task that goes on after the
+    /// threads have ended finds the pool closed (its slices run on the global executor).
+    @Test func closingThePoolUnderTasksOnItsExecutorNeverHangs() async throws {
+        try await TestDatabase.with { db in
+            let clock = ContinuousClock.now
+            for _ in 0..<40 {
+                let pool = db.pool(size: 2, acquireTimeout: .seconds(2))
+                let executor = pool.taskExecutor()
+                let borrowers = Task {
+                    await withTaskGroup(of: Void.self) { group in
+                        for _ in 0..<6 {
+                            group.addTask(executorPreference: executor) {
+                                _ = try? await pool.withConnection { try $0.query("SELECT 1") }
+                            }
+                        }
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...5)))
+                await pool.close()
+                await borrowers.value
+                #expect(pool.statistics.inUse == 0)
+            }
+            let pool = db.pool(size: 1)
+            let executor = pool.taskExecutor()
+            await pool.close()
+            let late = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
+            let error = await #expect(throws: PostgresClientError.self) { try await late.value }
+            #expect(error?.kind == .poolClosed)
+            #expect(ContinuousClock.now - clock < .seconds(60))
+        }
+    }
+}
