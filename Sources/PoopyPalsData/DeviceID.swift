@@ -1,4 +1,5 @@
 import Crypto
+import PostgresClient
 import Foundation
 
 /// The identity of a device: a UUID it generated, treated like a password. Validated before anything is sent
@@ -16,7 +17,7 @@ public struct DeviceID: Sendable, Hashable, CustomStringConvertible, CustomDebug
     public init(validating raw: String?) throws(AuthenticationError) {
         guard let raw, !raw.isEmpty else { throw .missingDeviceID }
         // Checked before parsing so that a 10 kB header costs nothing.
-        guard raw.utf8.count == 36, let uuid = UUID(uuidString: raw) else { throw .invalidDeviceID }
+        guard raw.utf8.count == 36, let uuid = UUIDText.parse(raw) else { throw .invalidDeviceID }
         try self.init(uuid)
     }
 
@@ -37,7 +38,7 @@ public struct DeviceID: Sendable, Hashable, CustomStringConvertible, CustomDebug
     /// fixed derivation lets an operator find a device from the id a person gives them
     /// (`poopypals devices key ID`). The prefix names the version so that a later scheme cannot collide.
     public static func key(of uuid: UUID) -> UUID {
-        let digest = SHA256.hash(data: Array(("poopypals.device.v1:" + uuid.uuidString.lowercased()).utf8))
+        let digest = SHA256.hash(data: Array(("poopypals.device.v1:" + UUIDText.lowercase(uuid)).utf8))
         var bytes = [UInt8](repeating: 0, count: 16)
         for (index, byte) in digest.prefix(16).enumerated() { bytes[index] = byte }
         return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],

@@ -24,7 +24,7 @@ public final class DeviceTransaction {
             // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
             // Every value is bound, never spliced in.
             """
-            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(device.key.uuidString), true), \
+            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(UUIDText.lowercase(device.key)), true), \
             set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
             set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true)
             """,

@@ -185,7 +185,7 @@ struct LogCursor: Sendable, Equatable {
         guard encoded.utf8.count <= 128, let bytes = Base64URL.decode(encoded),
               let text = String(validating: bytes, as: UTF8.self) else { throw InvalidField("before", "is not a valid cursor") }
         let parts = text.split(separator: "|")
-        guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUID(uuidString: String(parts[2]))
+        guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUIDText.parse(parts[2])
         else { throw InvalidField("before", "is not a valid cursor") }
         // Only what `encoded` can produce: a log's time, which is never before 1970 (see `validate`).
         guard micros >= 0, let occurredAt = Date(microsecondsSince1970: micros) else {
@@ -198,6 +198,6 @@ struct LogCursor: Sendable, Equatable {
     /// nil only for a time outside years 1…9999, which no stored log has.
     var encoded: String? {
         guard let micros = occurredAt.microsecondsSince1970 else { return nil }
-        return Base64URL.encode(Array("v1|\(micros)|\(id.uuidString.lowercased())".utf8))
+        return Base64URL.encode(Array("v1|\(micros)|\(UUIDText.lowercase(id))".utf8))
     }
 }

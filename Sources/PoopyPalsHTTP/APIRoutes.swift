@@ -48,7 +48,7 @@ struct APIRoutes: Sendable {
 
     @Sendable func putDevice(_ request: Request, context: APIContext) async throws -> Response {
         // The nil UUID is no device's id: as a new registration it is the weakest id there is.
-        if request.headers[.deviceID].flatMap(UUID.init(uuidString:)) == DeviceID.nilUUID { throw APIError.weakDeviceID }
+        if request.headers[.deviceID].flatMap(UUIDText.parse) == DeviceID.nilUUID { throw APIError.weakDeviceID }
         let device = try DeviceID(validating: request.headers[.deviceID])
         let body = try await JSONBody.read(request, context: context,
                                            allowed: ["model", "osVersion", "appVersion", "buildNumber", "isSimulator"],
@@ -114,7 +114,7 @@ struct APIRoutes: Sendable {
     }
 
     static func logID(_ context: APIContext) throws -> UUID {
-        guard let text = context.parameters.get("id"), let id = UUID(uuidString: text) else { throw APIError.invalid("id", "must be a UUID") }
+        guard let text = context.parameters.get("id"), let id = UUIDText.parse(text) else { throw APIError.invalid("id", "must be a UUID") }
         return id
     }
 

@@ -96,7 +96,7 @@ struct JSONBody {
 
     func uuid(_ key: String) throws -> UUID? {
         guard let text = try string(key) else { return nil }
-        guard let id = UUID(uuidString: text) else { throw APIError.invalid(key, "must be a UUID") }
+        guard let id = UUIDText.parse(text) else { throw APIError.invalid(key, "must be a UUID") }
         return id
     }
 

@@ -99,5 +99,5 @@ struct ProfileBody: Encodable {
 
 extension UUID {
     /// The canonical lower-case form the API uses.
-    var lowercased: String { uuidString.lowercased() }
+    var lowercased: String { UUIDText.lowercase(self) }
 }

@@ -44,7 +44,7 @@ public final class ConnectionPool: Sendable {
     }
 
     public let configuration: Configuration
-    private let state = Mutex(State())
+    private let state = LockedState(State())
     private let logger = Logger(label: "poopypals.postgres.pool")
 
     /// A borrower waiting for a connection. Its body is handed over with it: when a connection is returned, the

@@ -135,7 +135,7 @@ extension Decimal: PostgresDecodable {
 extension UUID: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> UUID {
         try requireType(type, .uuid)
-        guard let value = UUID(uuidString: text) else { throw PostgresDecodingFailure("not a UUID") }
+        guard let value = UUIDText.parse(text) else { throw PostgresDecodingFailure("not a UUID") }
         return value
     }
 }

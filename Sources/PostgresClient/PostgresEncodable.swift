@@ -58,7 +58,7 @@ extension Decimal: PostgresEncodable {
 }
 
 extension UUID: PostgresEncodable {
-    public func postgresText() throws -> String? { uuidString }
+    public func postgresText() throws -> String? { UUIDText.lowercase(self) }
 }
 
 extension Date: PostgresEncodable {

@@ -93,6 +93,9 @@ struct RouteTests {
         (#"{"occurredAt":"2026-11-20T08:00:00Z"}"#, "bristolType"),
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"notes":42}"#, "notes"),
         (#"{"id":"not-a-uuid","occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#, "id"),
+        // 36 characters that Foundation's sscanf-based parser took for UUIDs (…2e03 and …6f0c…).
+        (#"{"id":" 6f1c0a4e-3b2d-4c5e-9f70-8a9b0c1d2e3","occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#, "id"),
+        (#"{"id":"+f1c0a4e-3b2d-4c5e-9f70-8a9b0c1d2e3f","occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#, "id"),
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"createdAt":"2020-01-01T00:00:00Z"}"#, "createdAt"),
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"deviceId":"6f1c0a4e-0000-4000-8000-000000000001"}"#, "deviceId"),
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"mood":"happy"}"#, "mood"),
