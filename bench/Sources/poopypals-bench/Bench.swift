@@ -50,6 +50,10 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Markdown file whose results section is replaced with this run's tables.")
     var readme: String?
 
+    @Option(help: ArgumentHelp("Serve the Hummingbird + postgres-nio HTTP peer on this port (the bench starts it itself).",
+                               visibility: .hidden))
+    var servePeer: Int?
+
     func validate() throws {
         guard (1...120).contains(seconds) else { throw ValidationError("--seconds must be 1…120") }
         guard (1...10).contains(rounds) else { throw ValidationError("--rounds must be 1…10") }
@@ -59,6 +63,12 @@ struct Bench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let servePeer {
+            guard let url = databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"] else {
+                throw BenchError("the HTTP peer needs DATABASE_URL")
+            }
+            return try await HTTPPeer.serve(port: servePeer, url: url)
+        }
         let started = Date()
         let server = ConnectionConfiguration.resolve(databaseURL: databaseURL)
         var target = server
@@ -84,7 +94,7 @@ struct Bench: AsyncParsableCommand {
             try await Scaling.seed(rows: size, devices: count, pool: pool)
             let list = Scenario.all(devices: count)[0]
             let repositories = Scenario.Repositories(database: database)
-            let measurement = try await runLoad(concurrency: 8, duration: .seconds(seconds)) { _ in
+            let measurement = try await runLoad(concurrency: 8, duration: .seconds(seconds), executor: pool.taskExecutor()) { _ in
                 try await list.ours(repositories, Int.random(in: 1...count))
             }
             let row = ScalingRow(rows: size, devices: count, measurement: measurement, plan: try await Scaling.plan(database: database))
@@ -95,7 +105,10 @@ struct Bench: AsyncParsableCommand {
 
         var http: [HTTPRow] = []
         if let serverBinary, !skipExtras {
-            http = try await HTTPLoad.run(serverBinary: serverBinary, databaseURL: try urlFor(target), seconds: seconds * 2, devices: devices)
+            // The HTTP peer is this binary, in a process of its own, as our server is.
+            let peerBinary = skipPeer ? nil : try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+            http = try await HTTPLoad.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
+                                          seconds: seconds * 2, devices: devices)
         }
 
         let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
@@ -142,8 +155,9 @@ struct Bench: AsyncParsableCommand {
                          pgbench: PgBench, roundTrips: Int) async throws -> ReportRow {
         let repositories = Scenario.Repositories(database: Database(pool: ConnectionPool(configuration: .init(connection: target, maxConnections: level))))
         let devices = self.devices
+        let executor = repositories.database.pool.taskExecutor()
         // Warm up: open every connection and prepare the statements.
-        _ = try await runLoad(concurrency: level, duration: .milliseconds(500)) { worker in
+        _ = try await runLoad(concurrency: level, duration: .milliseconds(500), executor: executor) { worker in
             try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
         }
         var ours: [Measurement] = []
@@ -163,7 +177,7 @@ struct Bench: AsyncParsableCommand {
             }
         }
         for _ in 0..<rounds {
-            ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
+            ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds), executor: executor) { _ in
                 try await scenario.ours(repositories, Int.random(in: 1...devices))
             })
             theirs.append(try await pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))

@@ -56,6 +56,8 @@ enum Scaling {
 
 /// `wrk` against the real `poopypals serve`, with the server's peak resident memory.
 struct HTTPRow: Encodable {
+    /// `poopypals` or the Hummingbird + postgres-nio peer.
+    let server: String
     let route: String
     let connections: Int
     let requestsPerSecond: Double
@@ -66,18 +68,31 @@ struct HTTPRow: Encodable {
 }
 
 enum HTTPLoad {
-    static func run(serverBinary: String, databaseURL: String, seconds: Int, devices: Int) async throws -> [HTTPRow] {
+    static let peerName = "Hummingbird + postgres-nio"
+
+    /// Ours (`poopypals serve --pool-size 16`), then the peer (`peerBinary --serve-peer`, 16 connections), each
+    /// under the same `wrk` load.
+    static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int) async throws -> [HTTPRow] {
         let port = 18080 + Int.random(in: 0..<1000)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
         let environment = ["DATABASE_URL": databaseURL, "AUTH_JWT_SECRET": String(repeating: "b", count: 40),
                            "LOG_LEVEL": "warning"]
-        return try await Child.whileRunning(serverBinary, ["serve", "--port", "\(port)", "--pool-size", "16"],
-                                            environment: environment, output: log) { server in
-            try await load(port: port, log: log, server: server, seconds: seconds, devices: devices)
+        var rows = try await Child.whileRunning(serverBinary, ["serve", "--port", "\(port)", "--pool-size", "16"],
+                                                environment: environment, output: log) { server in
+            try await load("poopypals", port: port, log: log, server: server, seconds: seconds, devices: devices)
         }
+        if let peerBinary {
+            let peerPort = port + 1
+            let peerLog = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-peer-\(peerPort).log").path
+            rows += try await Child.whileRunning(peerBinary, ["--serve-peer", "\(peerPort)"], environment: ["DATABASE_URL": databaseURL],
+                                                 output: peerLog) { server in
+                try await load(peerName, port: peerPort, log: peerLog, server: server, seconds: seconds, devices: devices)
+            }
+        }
+        return rows
     }
 
-    private static func load(port: Int, log: String, server: pid_t, seconds: Int, devices: Int) async throws -> [HTTPRow] {
+    private static func load(_ name: String, port: Int, log: String, server: pid_t, seconds: Int, devices: Int) async throws -> [HTTPRow] {
         for _ in 0..<200 {
             if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
             try await Task.sleep(for: .milliseconds(50))
@@ -114,7 +129,7 @@ enum HTTPLoad {
                 .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
-            rows.append(HTTPRow(route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
+            rows.append(HTTPRow(server: name, route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                                 p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server)))
         }
         return rows

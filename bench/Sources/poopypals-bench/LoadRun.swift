@@ -15,9 +15,10 @@ struct Measurement: Sendable, Encodable {
 }
 
 /// Runs `operation` from `concurrency` tasks until `duration` has passed (and never more than
-/// `maxOperations` in all), recording each operation's latency.
+/// `maxOperations` in all), recording each operation's latency. With `executor`, the tasks prefer it (ours: the
+/// pool's threads, as the HTTP server runs every connection).
 func runLoad(
-    concurrency: Int, duration: Duration, maxOperations: Int = 10_000_000,
+    concurrency: Int, duration: Duration, maxOperations: Int = 10_000_000, executor: (any TaskExecutor)? = nil,
     _ operation: @escaping @Sendable (_ worker: Int) async throws -> Void
 ) async throws -> Measurement {
     let clock = ContinuousClock()
@@ -27,7 +28,7 @@ func runLoad(
     let perWorkerCap = max(1, maxOperations / concurrency)
     let latencies = try await withThrowingTaskGroup(of: [Duration].self) { group in
         for worker in 0..<concurrency {
-            group.addTask {
+            group.addTask(executorPreference: executor) {
                 var samples: [Duration] = []
                 samples.reserveCapacity(100_000)
                 while clock.now < deadline && samples.count < perWorkerCap {
