@@ -75,7 +75,7 @@ struct APIRoutes: Sendable {
         let new = NewPoopLog(id: try body.uuid("id"), occurredAt: try body.required("occurredAt", body.timestamp),
                              bristolType: try body.required("bristolType", body.int), notes: try body.string("notes"))
         let (log, created) = try await logs.create(new, as: device)
-        return try JSONResponse.make(created ? .created : .ok, LogBody(log))
+        return try JSONResponse.make(created ? .created : .ok, writing: LogBody(log))
     }
 
     @Sendable func listLogs(_ request: Request, context: APIContext) async throws -> Response {
@@ -87,13 +87,13 @@ struct APIRoutes: Sendable {
             limit = value
         }
         let page = try await logs.list(before: query.get("before"), limit: limit, as: device)
-        return try JSONResponse.make(.ok, LogPageBody(items: page.items.map(LogBody.init), nextCursor: page.nextCursor))
+        return try JSONResponse.make(.ok, writing: LogPageBody(items: page.items.map(LogBody.init), nextCursor: page.nextCursor))
     }
 
     @Sendable func getLog(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
         guard let log = try await logs.get(try Self.logID(context), as: device) else { throw APIError.notFound }
-        return try JSONResponse.make(.ok, LogBody(log))
+        return try JSONResponse.make(.ok, writing: LogBody(log))
     }
 
     @Sendable func patchLog(_ request: Request, context: APIContext) async throws -> Response {
@@ -104,7 +104,7 @@ struct APIRoutes: Sendable {
         var patch = PoopLogPatch(occurredAt: try body.timestamp("occurredAt"), bristolType: try body.int("bristolType"))
         if body.isNull("notes") { patch.notes = .clear } else if let notes = try body.string("notes") { patch.notes = notes.isEmpty ? .clear : .set(notes) }
         guard let log = try await logs.update(id, patch, as: device) else { throw APIError.notFound }
-        return try JSONResponse.make(.ok, LogBody(log))
+        return try JSONResponse.make(.ok, writing: LogBody(log))
     }
 
     @Sendable func deleteLog(_ request: Request, context: APIContext) async throws -> Response {

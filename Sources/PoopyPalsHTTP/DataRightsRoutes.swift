@@ -65,9 +65,9 @@ struct DataRightsRoutes: Sendable {
                         try channel.send(head)
                     case .logs(let logs):
                         // One JSON array per batch, without its brackets, joined by commas.
-                        var items = try JSONResponse.encode(logs.map(LogBody.init))
-                        items = items.dropFirst().dropLast()
-                        if batches.next() > 0 { items.insert(UInt8(ascii: ","), at: items.startIndex) }
+                        var items = try JSONResponse.encode(writing: logs.map(LogBody.init))
+                        items = Array(items.dropFirst().dropLast())
+                        if batches.next() > 0 { items.insert(UInt8(ascii: ","), at: 0) }
                         try channel.send(Data(items))
                     }
                 }

@@ -46,6 +46,16 @@ struct LogBody: Encodable {
         version = log.version
     }
 
+    init(id: String, occurredAt: Date, bristolType: Int, notes: String?, createdAt: Date, updatedAt: Date, version: Int64) {
+        self.id = id
+        self.occurredAt = occurredAt
+        self.bristolType = bristolType
+        self.notes = notes
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.version = version
+    }
+
     // Explicit so that a nil `notes` is sent as null rather than left out.
     enum CodingKeys: String, CodingKey { case id, occurredAt, bristolType, notes, createdAt, updatedAt, version }
     func encode(to encoder: any Encoder) throws {
