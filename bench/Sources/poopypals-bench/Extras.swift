@@ -65,6 +65,9 @@ struct HTTPRow: Encodable {
     let p99Milliseconds: Double?
     let non2xx: Int
     let serverPeakRSSMiB: Double?
+    /// The server process's CPU and context switches per request over the run (every thread; from /proc).
+    var serverCPUMicrosecondsPerRequest: Double? = nil
+    var serverContextSwitchesPerRequest: Double? = nil
 }
 
 enum HTTPLoad {
@@ -117,6 +120,7 @@ enum HTTPLoad {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-wrk-\(UUID().uuidString).lua")
             try script.write(to: file, atomically: true, encoding: .utf8)
             defer { try? FileManager.default.removeItem(at: file) }
+            let before = Child.usage(of: server)
             let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "64", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
@@ -129,8 +133,17 @@ enum HTTPLoad {
                 .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
-            rows.append(HTTPRow(server: name, route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
-                                p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server)))
+            let after = Child.usage(of: server)
+            // "12345 requests in 8.00s, …"
+            let requests = output.split(separator: "\n").first { $0.contains(" requests in ") }
+                .flatMap { Int($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } ?? 0
+            var row = HTTPRow(server: name, route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
+                              p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
+            if let before, let after, requests > 0 {
+                row.serverCPUMicrosecondsPerRequest = (after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(requests)
+                row.serverContextSwitchesPerRequest = Double(after.switches - before.switches) / Double(requests)
+            }
+            rows.append(row)
         }
         return rows
     }

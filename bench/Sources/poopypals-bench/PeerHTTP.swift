@@ -47,7 +47,7 @@ enum HTTPPeer {
             let device = try deviceKey(request)
             let limit = min(max(request.uri.queryParameters.get("limit", as: Int.self) ?? 50, 1), 100)
             let logs = try await client.withTransaction(logger: logger) { conn -> [Log] in
-                try await peer.context(conn, key: device)
+                try await peer.context(conn, key: device.uuidString.lowercased())
                 let rows = try await conn.query("""
                     SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs \
                     ORDER BY occurred_at DESC, id DESC LIMIT \(limit + 1)
@@ -74,7 +74,7 @@ enum HTTPPeer {
             }
             let id = UUID()
             let log = try await client.withTransaction(logger: logger) { conn -> Log? in
-                try await peer.context(conn, key: device)
+                try await peer.context(conn, key: device.uuidString.lowercased())
                 let rows = try await conn.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) \
                     VALUES (\(id), \(device), \(new.occurredAt), \(Int16(new.bristolType)), \(new.notes)) ON CONFLICT (id) DO NOTHING \
@@ -97,11 +97,11 @@ enum HTTPPeer {
     }
 
     /// The device id from `X-Device-ID`, and its key as ours derives it.
-    private static func deviceKey(_ request: Request) throws -> String {
+    private static func deviceKey(_ request: Request) throws -> UUID {
         guard let name = HTTPField.Name("X-Device-ID"), let raw = request.headers[name], let device = try? DeviceID(validating: raw) else {
             throw HTTPError(.unauthorized)
         }
-        return device.key.uuidString.lowercased()
+        return device.key
     }
 
     private static func json(_ status: HTTPResponse.Status, _ value: some Encodable, _ encoder: JSONEncoder) throws -> Response {

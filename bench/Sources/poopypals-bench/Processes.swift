@@ -53,6 +53,26 @@ enum Child {
         return kib / 1024
     }
 
+    /// A running process's CPU seconds (user + system, all threads) and context switches (voluntary and not,
+    /// summed over its threads), from /proc.
+    static func usage(of pid: pid_t) -> (cpuSeconds: Double, switches: Int)? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        // After "pid (comm)": state is field 3, utime 14, stime 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        var switches = 0
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        for task in tasks {
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8) else { continue }
+            for line in status.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:") {
+                switches += Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+            }
+        }
+        return ((user + system) / ticks, switches)
+    }
+
     private static func status(_ termination: TerminationStatus) -> Int32 {
         switch termination {
         case .exited(let code): Int32(truncatingIfNeeded: code)
