@@ -19,14 +19,23 @@ struct JSONOutput {
         bytes.append(contentsOf: String(value).utf8)
     }
 
+    /// Timestamps have nothing to escape.
     mutating func timestamp(_ date: Date) throws {
-        string(try Timestamp.format(date))
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(contentsOf: try Timestamp.format(date).utf8)
+        bytes.append(UInt8(ascii: "\""))
     }
 
     /// A JSON string, escaped as `JSONEncoder` escapes it: `"` `\` and `/` with a backslash, the named control
     /// characters by name, the other ones below U+0020 as `\u00XX`; everything else as UTF-8.
     mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
+        defer { bytes.append(UInt8(ascii: "\"")) }
+        // Most strings (ids, cursors, most notes) have nothing to escape: copied at once.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "/") }) {
+            bytes.append(contentsOf: value.utf8)
+            return
+        }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): raw("\\\"")
@@ -45,7 +54,6 @@ struct JSONOutput {
                 bytes.append(byte)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)

@@ -116,12 +116,14 @@ enum HTTPLoad {
                 """),
         ]
         var rows: [HTTPRow] = []
+        // 32 connections: the data layer's highest concurrency, for the ratio; 64: the memory bound's.
+        for connections in [32, 64] {
         for (route, script) in scripts {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-wrk-\(UUID().uuidString).lua")
             try script.write(to: file, atomically: true, encoding: .utf8)
             defer { try? FileManager.default.removeItem(at: file) }
             let before = Child.usage(of: server)
-            let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "64", "-d", "\(seconds)s", "--latency", "-s", file.path,
+            let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "\(connections)", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
             func value(_ label: String) -> Double? {
@@ -137,13 +139,14 @@ enum HTTPLoad {
             // "12345 requests in 8.00s, …"
             let requests = output.split(separator: "\n").first { $0.contains(" requests in ") }
                 .flatMap { Int($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } ?? 0
-            var row = HTTPRow(server: name, route: route, connections: 64, requestsPerSecond: rate, p50Milliseconds: value("50%"),
+            var row = HTTPRow(server: name, route: route, connections: connections, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                               p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
             if let before, let after, requests > 0 {
                 row.serverCPUMicrosecondsPerRequest = (after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(requests)
                 row.serverContextSwitchesPerRequest = Double(after.switches - before.switches) / Double(requests)
             }
             rows.append(row)
+        }
         }
         return rows
     }

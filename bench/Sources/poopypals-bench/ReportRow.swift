@@ -91,15 +91,15 @@ struct Report: Encodable {
             }
         }
         if !http.isEmpty {
-            text += "\nHTTP (`wrk -t2 -c64`; release `poopypals serve --pool-size 16`, and the \(HTTPLoad.peerName) peer with 16 connections, same SQL):\n\n"
-            text += "| server | route | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request | vs data layer at 32 | ours / peer |\n|---|---|---|---|---|---|---|---|---|\n"
+            text += "\nHTTP (`wrk -t2` with 32 and 64 connections; release `poopypals serve --pool-size 16`, and the \(HTTPLoad.peerName) peer with 16 connections, same SQL):\n\n"
+            text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request | vs data layer at the same concurrency | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|\n"
             for row in http {
-                let reference = scenarios.first { $0.concurrency == 32 && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }
+                let reference = scenarios.first { $0.concurrency == row.connections && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }
                 let ratio = reference.map { String(format: "%.2f", row.requestsPerSecond / $0.oursRate) } ?? "–"
-                let peer = http.first { $0.server == HTTPLoad.peerName && $0.route == row.route }
+                let peer = http.first { $0.server == HTTPLoad.peerName && $0.route == row.route && $0.connections == row.connections }
                 let versus = row.server == "poopypals" ? (peer.map { String(format: "%.2f", row.requestsPerSecond / max(1, $0.requestsPerSecond)) } ?? "–") : "–"
                 let usage = String(format: "%.0f / %.1f", row.serverCPUMicrosecondsPerRequest ?? 0, row.serverContextSwitchesPerRequest ?? 0)
-                text += String(format: "| %@ | %@ | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ |\n", row.server, row.route, row.requestsPerSecond,
+                text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
                                row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage,
                                row.server == "poopypals" ? ratio : "–", versus)
             }
