@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import PoopyPalsData
+import PostgresClient
 
 extension HTTPField.Name {
     static let requestID = HTTPField.Name("X-Request-ID")!
@@ -18,7 +19,7 @@ struct RequestLogMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
-        let id = Self.sane(request.headers[.requestID]) ?? UUID().uuidString.lowercased()
+        let id = Self.sane(request.headers[.requestID]) ?? UUIDText.lowercase(UUID())
         context.requestID = id
         context.logger[metadataKey: "request_id"] = "\(id)"
         let started = ContinuousClock.now

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import NIOCore
+import PostgresClient
 import NIOHTTP1
 import NIOHTTPTypes
 
@@ -160,7 +161,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         head.headerFields[.contentType] = "application/json; charset=utf-8"
         head.headerFields[.contentLength] = String(body.readableBytes)
         head.headerFields[.connection] = "close"
-        head.headerFields[.requestID] = UUID().uuidString.lowercased()
+        head.headerFields[.requestID] = UUIDText.lowercase(UUID())
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
         let channel = context.channel
