@@ -166,7 +166,7 @@ struct APIRoutes: Sendable {
         } catch let error as PostgresClientError where error.kind == .poolTimeout {
             throw APIError.busy
         } catch {
-            context.logger.warning("not ready", metadata: ["error": "\(error)"])
+            context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
             throw APIError.databaseUnavailable
         }
         return try JSONResponse.make(.ok, ["status": "ok"])

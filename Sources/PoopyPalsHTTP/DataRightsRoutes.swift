@@ -97,7 +97,7 @@ struct DataRightsRoutes: Sendable {
                 // Headers are gone: the client sees a cut-off body, never a valid-looking partial export.
                 channel.cancel()
                 producer.cancel()
-                context.logger.warning("export stopped", metadata: ["error": "\(type(of: error))"])
+                context.logger.warning("export stopped", metadata: ["request_id": "\(context.requestID)", "error": "\(type(of: error))"])
                 throw error
             }
         })

@@ -188,8 +188,7 @@ enum JSONResponse {
 /// refuses RFC 3339's lower-case `t`/`z`, and counts years before 1582 in the Julian calendar too. A time that
 /// does not exist is a 400 here.
 enum Timestamp {
-    /// - Throws: `EncodingError` for a date outside years 1…9999 (never produced by the database).
-    static func format(_ date: Date) throws -> String {
+    private static func fields(_ date: Date) throws -> Fields {
         guard let micros = date.microsecondsSince1970 else {
             throw EncodingError.invalidValue(date, .init(codingPath: [], debugDescription: "a date outside the years 1 to 9999"))
         }
@@ -203,7 +202,30 @@ enum Timestamp {
             days -= 1
         }
         let (year, month, day) = civil(fromDays: days)
-        return String(unsafeUninitializedCapacity: 20) { buffer in
+        return Fields(year: year, month: month, day: day, time: time)
+    }
+
+    /// The 20 bytes of `format(_:)`, appended to `bytes` without an intermediate string.
+    static func append(_ date: Date, to bytes: inout [UInt8]) throws {
+        let fields = try fields(date)
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 20))
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            fields.write(into: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
+        }
+    }
+
+    /// - Throws: `EncodingError` for a date outside years 1…9999 (never produced by the database).
+    static func format(_ date: Date) throws -> String {
+        let fields = try fields(date)
+        return String(unsafeUninitializedCapacity: 20) { fields.write(into: $0) }
+    }
+
+    private struct Fields {
+        let year: Int64, month: Int64, day: Int64, time: Int64
+
+        @discardableResult
+        func write(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
             func put(_ value: Int64, digits: Int, at offset: Int) {
                 var value = value
                 for index in stride(from: offset + digits - 1, through: offset, by: -1) {

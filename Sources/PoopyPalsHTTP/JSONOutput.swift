@@ -19,10 +19,16 @@ struct JSONOutput {
         bytes.append(contentsOf: String(value).utf8)
     }
 
-    /// Timestamps have nothing to escape.
+    /// Timestamps and UUIDs have nothing to escape, and are written without an intermediate string.
     mutating func timestamp(_ date: Date) throws {
         bytes.append(UInt8(ascii: "\""))
-        bytes.append(contentsOf: try Timestamp.format(date).utf8)
+        try Timestamp.append(date, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    mutating func uuid(_ value: UUID) {
+        bytes.append(UInt8(ascii: "\""))
+        UUIDText.appendLowercase(value, to: &bytes)
         bytes.append(UInt8(ascii: "\""))
     }
 
@@ -72,7 +78,7 @@ extension LogBody: JSONWritable {
         output.raw(#","createdAt":"#)
         try output.timestamp(createdAt)
         output.raw(#","id":"#)
-        output.string(id)
+        output.uuid(id)
         output.raw(#","notes":"#)
         if let notes { output.string(notes) } else { output.null() }
         output.raw(#","occurredAt":"#)

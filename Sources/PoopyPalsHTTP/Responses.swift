@@ -28,7 +28,7 @@ struct DeviceBody: Encodable {
 }
 
 struct LogBody: Encodable {
-    let id: String
+    let id: UUID
     let occurredAt: Date
     let bristolType: Int
     let notes: String?
@@ -37,7 +37,7 @@ struct LogBody: Encodable {
     let version: Int64
 
     init(_ log: PoopLog) {
-        id = log.id.lowercased
+        id = log.id
         occurredAt = log.occurredAt
         bristolType = log.bristolType
         notes = log.notes
@@ -46,7 +46,7 @@ struct LogBody: Encodable {
         version = log.version
     }
 
-    init(id: String, occurredAt: Date, bristolType: Int, notes: String?, createdAt: Date, updatedAt: Date, version: Int64) {
+    init(id: UUID, occurredAt: Date, bristolType: Int, notes: String?, createdAt: Date, updatedAt: Date, version: Int64) {
         self.id = id
         self.occurredAt = occurredAt
         self.bristolType = bristolType
@@ -60,7 +60,7 @@ struct LogBody: Encodable {
     enum CodingKeys: String, CodingKey { case id, occurredAt, bristolType, notes, createdAt, updatedAt, version }
     func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
+        try container.encode(id.lowercased, forKey: .id)
         try container.encode(occurredAt, forKey: .occurredAt)
         try container.encode(bristolType, forKey: .bristolType)
         try container.encode(notes, forKey: .notes)

@@ -1,4 +1,5 @@
 internal import CLibPQ
+import Foundation
 
 /// The rows of one statement. Owns its `PGresult` and clears it on deinit.
 ///
@@ -72,6 +73,15 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         }
         do {
             if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return try T.decodeNull() }
+            // UUIDs (a row's id, a device's key) are read from libpq's bytes, without a String in between.
+            if T.self == UUID.self, columns[column].type == .uuid, let bytes = PQgetvalue(handle, Int32(row), Int32(column)) {
+                let length = Int(PQgetlength(handle, Int32(row), Int32(column)))
+                let parsed = bytes.withMemoryRebound(to: UInt8.self, capacity: Swift.max(length, 1)) {
+                    UUIDText.parse(utf8: UnsafeBufferPointer(start: $0, count: length))
+                }
+                guard let parsed else { throw PostgresDecodingFailure("not a UUID") }
+                if let value = parsed as? T { return value }
+            }
             let text = String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
             return try T.decode(postgresText: text, type: columns[column].type)
         } catch let failure as PostgresDecodingFailure {

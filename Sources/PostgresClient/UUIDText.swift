@@ -30,20 +30,31 @@ public enum UUIDText {
 
     /// The lower-case hyphenated form (what PostgreSQL prints, and what our API sends).
     public static func lowercase(_ uuid: UUID) -> String {
+        String(unsafeUninitializedCapacity: 36) { write(uuid, into: $0) }
+    }
+
+    /// Appends the lower-case form's 36 bytes to `bytes` (no intermediate string).
+    public static func appendLowercase(_ uuid: UUID, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 36))
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            _ = write(uuid, into: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
+        }
+    }
+
+    private static func write(_ uuid: UUID, into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
         withUnsafeBytes(of: uuid.uuid) { raw in
-            String(unsafeUninitializedCapacity: 36) { buffer in
-                var output = 0
-                for (index, byte) in raw.enumerated() {
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        buffer[output] = hyphen
-                        output += 1
-                    }
-                    buffer[output] = digits[Int(byte >> 4)]
-                    buffer[output + 1] = digits[Int(byte & 0x0f)]
-                    output += 2
+            var output = 0
+            for (index, byte) in raw.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    buffer[output] = hyphen
+                    output += 1
                 }
-                return output
+                buffer[output] = digits[Int(byte >> 4)]
+                buffer[output + 1] = digits[Int(byte & 0x0f)]
+                output += 2
             }
+            return output
         }
     }
 

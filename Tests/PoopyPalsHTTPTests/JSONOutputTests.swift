@@ -12,7 +12,7 @@ struct JSONOutputTests {
     ]
 
     static func log(_ notes: String?, seconds: Double = 1_795_222_800.75, version: Int64 = 42) -> LogBody {
-        LogBody(id: UUID().uuidString.lowercased(), occurredAt: Date(timeIntervalSince1970: seconds), bristolType: 4, notes: notes,
+        LogBody(id: UUID(), occurredAt: Date(timeIntervalSince1970: seconds), bristolType: 4, notes: notes,
                 createdAt: Date(timeIntervalSince1970: seconds + 1.5), updatedAt: Date(timeIntervalSince1970: seconds + 86_400),
                 version: version)
     }
