@@ -78,7 +78,7 @@ struct Report: Encodable {
         text += String(format: "\nDevice key derivation (`DeviceID(validating:)`: parse, SHA-256; once per request, on the client): %.2f µs.\n",
                        keyDerivationNanoseconds / 1000)
         if !scaling.isEmpty {
-            text += "\nScaling of “list 20 newest logs” (concurrency 8; every device has at least 21 logs, so every request returns 20):\n\n"
+            text += "\nScaling of “list 20 newest logs” (concurrency 8, median of the rounds after a warm-up; every device has at least 21 logs, so every request returns 20):\n\n"
             text += "| rows | devices | logs per device | ops/s | p99 | vs smallest |\n|---|---|---|---|---|---|\n"
             let first = scaling.first?.measurement.opsPerSecond ?? 0
             text += scaling.map {
