@@ -57,8 +57,9 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
         if !append(.closure(job)) { job() }
     }
 
-    /// A task's next slice. After the threads have ended, tasks that still prefer this executor go on on the
-    /// global executor: they find the pool closed and finish.
+    /// A task's next slice. Once the executor is stopping, tasks that still prefer it go on on the global
+    /// executor (they find the pool closed and finish): not queued behind a thread that may still be blocked
+    /// in a statement, or in an export waiting for the very task that would drain it.
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         if !append(.job(job)) { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
@@ -82,7 +83,10 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
     private func append(_ item: Work) -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        if stopping && threads == 0 { return false }
+        if stopping {
+            if threads == 0 { return false }
+            if case .job = item { return false }
+        }
         queue.append(item)
         if sleeping > signaled {
             signaled += 1

@@ -298,6 +298,8 @@ extension ConnectionPool {
         /// Runs on a pool thread: (re)connects when needed, runs `body`, and leaves the connection clean for the next
         /// borrower: no open transaction, no session state, evicted statements closed, or else no connection.
         func use<T>(_ configuration: ConnectionPool.Configuration, as borrower: Borrower, _ body: (Connection) throws -> T) throws -> T {
+            // Cancelled before anything ran: the connection is untouched, so it stays.
+            if lock.withLock({ borrower.cancelled }) { throw CancellationError() }
             if let current = connection,
                !current.isUsableForCheckout() || ContinuousClock.now - current.openedAt > configuration.maxConnectionLifetime {
                 connection = nil

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PoopyPalsData
 import PostgresClient
 
 /// Where the database is. Shared by every command that connects.
@@ -55,11 +56,14 @@ struct DurationArgument: ExpressibleByArgument {
 
 private let logging: Void = {
     let level = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0.lowercased()) } ?? .info
-    LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
+    // Every line written while a request runs names it (`RequestTrace`, set by the HTTP layer): computed only
+    // for lines that are written.
+    let requestID = Logger.MetadataProvider { RequestTrace.id.map { ["request_id": "\($0)"] } ?? [:] }
+    LoggingSystem.bootstrap({ label, provider in
+        var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
         handler.logLevel = level
         return handler
-    }
+    }, metadataProvider: requestID)
 }()
 
 /// Sends logs to stderr (stdout is for results), at `LOG_LEVEL` (default info). Safe to call repeatedly.

@@ -184,4 +184,31 @@ struct ExecutorTests {
             #expect(ContinuousClock.now - clock < .seconds(60))
         }
     }
+
+    /// Once the pool is closed, a task on its executor goes on on the global executor: it is not queued behind
+    /// a pool thread that is still blocked (in a statement, or an export waiting for a reader).
+    @Test func afterCloseTasksDoNotWaitBehindABlockedThread() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let executor = pool.taskExecutor()
+            let holding = Locked(false)
+            let release = Locked(false)
+            let holder = Task(executorPreference: executor) {
+                try await pool.withConnection { _ in
+                    holding.withLock { $0 = true }
+                    let deadline = Date().addingTimeInterval(10)
+                    while !release.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                }
+            }
+            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+            await pool.close()
+            let started = ContinuousClock.now
+            let late = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
+            let error = await #expect(throws: PostgresClientError.self) { try await late.value }
+            #expect(error?.kind == .poolClosed)
+            #expect(ContinuousClock.now - started < .seconds(3), "not behind the holder's 10 s")
+            release.withLock { $0 = true }
+            try await holder.value
+        }
+    }
 }
