@@ -181,7 +181,7 @@ enum JSONResponse {
 /// times are whole seconds (sql/0011); other times (createdAt, updatedAt) are rounded down. In: any RFC 3339
 /// time with a zone, fractions accepted.
 ///
-/// Out: our own formatter (days to a proleptic Gregorian date, Hinnant's `civil_from_days`): Foundation's
+/// Out: our own formatter (days to a proleptic Gregorian date with `PostgresDate.civil`, Hinnant's algorithm): Foundation's
 /// `Date.ISO8601FormatStyle` cost 5 % of the server's CPU listing 20 logs, and it writes dates before 1582 in
 /// the Julian calendar, so a log at 1000-03-01 read back as 1000-02-24. In: our own parser, because Foundation's
 /// (measured, Swift 6.3.1 on Linux) takes `2026-02-31T10:00:00Z` as 3 March and `24:00:00` as the next day,
@@ -201,7 +201,7 @@ enum Timestamp {
             time += 86_400
             days -= 1
         }
-        let (year, month, day) = civil(fromDays: days)
+        let (year, month, day) = PostgresDate.civil(fromDays: days)
         return Fields(year: year, month: month, day: day, time: time)
     }
 
@@ -247,20 +247,6 @@ enum Timestamp {
             buffer[19] = UInt8(ascii: "Z")
             return 20
         }
-    }
-
-    /// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant, "chrono-Compatible Low-Level Date
-    /// Algorithms"). Valid for the years 1…9999 the caller has checked.
-    static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let shifted = days + 719_468
-        let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
-        let dayOfEra = shifted - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthIndex = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
-        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
     /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; the zone is required.

@@ -65,13 +65,6 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
         if !append(.job(job)) { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
     }
 
-    /// Runs `body` on one of these threads and waits for it without blocking the caller's thread.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            submit { continuation.resume(with: Result { try body() }) }
-        }
-    }
-
     /// Lets queued work finish, then ends the threads.
     func stop() {
         condition.lock()

@@ -7,7 +7,7 @@ import Foundation
 /// still decodes correctly. Foundation's `Date.ISO8601FormatStyle` cannot replace it: PostgreSQL writes `+00`
 /// offsets and a space before the time, and Foundation counts years before 1582 in the Julian calendar
 /// (measured: `0001-01-01T00:00:00Z` is 2 days off PostgreSQL's proleptic Gregorian value).
-enum PostgresDate {
+package enum PostgresDate {
     /// - Throws: `PostgresClientError.invalidParameter` for a date outside years 1…9999 (or not finite).
     static func format(_ date: Date) throws -> String {
         guard let micros = date.microsecondsSince1970 else {
@@ -114,7 +114,9 @@ enum PostgresDate {
         return era * 146_097 + dayOfEra - 719_468
     }
 
-    private static func civil(fromDays days: Int64) -> (Int64, Int64, Int64) {
+    /// Days since 1970-01-01 to a proleptic Gregorian date (the inverse of `days(fromYear:month:day:)`); the API's
+    /// timestamps use it too. Valid for the years 1…9999 callers have checked.
+    package static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let dayOfEra = z - era * 146_097
