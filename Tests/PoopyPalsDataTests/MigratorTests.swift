@@ -159,18 +159,28 @@ struct MigratorTests {
             try await db.withConnection { try $0.executeScript("CREATE TABLE busy (id int)") }
             var options = Migrator.Options()
             options.lockTimeout = .milliseconds(100)
-            options.lockRetries = 12
+            options.lockRetries = 100  // ≥ 20 s of retries: the release below may come late on a loaded machine
             options.lockRetryBackoff = .milliseconds(100)
 
-            let holder = try await db.inAnotherSession(holdingFor: 3) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            // The lock is let go once the migration has waited for it, and more than one lock timeout later:
+            // released by events, not after a fixed time a loaded machine may let pass before the migration starts.
+            let release = Locked(false)
+            let holder = try await db.inAnotherSession(holdingFor: 60, release: release) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let releaser = Task {
+                defer { release.withLock { $0 = true } }
+                try await db.waitUntilSessionsWaitOnALock()
+                try await Task.sleep(for: .milliseconds(500))
+            }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
             let applied = try await Self.migrate(db, files, options)
             #expect(applied.first?.attempts ?? 0 > 1)
+            try await releaser.value
             try await holder.value
 
             // With no retries left, the lock timeout surfaces as SQLSTATE 55P03 on the named file.
             options.lockRetries = 1
-            let holder2 = try await db.inAnotherSession(holdingFor: 4.0) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let release2 = Locked(false)
+            let holder2 = try await db.inAnotherSession(holdingFor: 60, release: release2) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let more = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;", "0002_alter.sql": "ALTER TABLE busy ADD COLUMN more text;"])
             let frozen = options
             let error = await #expect(throws: MigrationError.self) {
@@ -178,6 +188,7 @@ struct MigratorTests {
             }
             #expect(error.map { "\($0)" }?.contains("55P03") == true)
             #expect(error.map { "\($0)" }?.contains("0002_alter.sql") == true)
+            release2.withLock { $0 = true }
             try await holder2.value
         }
     }
@@ -186,7 +197,8 @@ struct MigratorTests {
         try await TestDatabase.with { db in
             // Held by a borrower that keeps its connection: a pool resets session locks when a connection returns.
             let holderPID = Locked<Int32>(0)
-            let holder = try await db.inAnotherSession(holdingFor: 5) { conn in
+            let release = Locked(false)
+            let holder = try await db.inAnotherSession(holdingFor: 60, release: release) { conn in
                 holderPID.withLock { $0 = conn.serverProcessID }
                 try conn.query("SELECT pg_advisory_lock(\(0x506F_6F70_7950_6C73 as Int64))")
             }
@@ -199,6 +211,7 @@ struct MigratorTests {
                 try await Self.migrate(db, files, frozenOptions4)
             }
             #expect(error.map { "\($0)" }?.contains("process \(pid)") == true)
+            release.withLock { $0 = true }
             try await holder.value
         }
     }

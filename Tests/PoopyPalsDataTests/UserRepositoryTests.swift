@@ -108,9 +108,16 @@ struct UserRepositoryTests {
             let id = UUID()
             let device = try await Self.device(database)
             // Another session inserts the same subject and commits only after our check has looked.
-            let winner = try await db.inAnotherSession(holdingFor: 3) { conn in
+            // It commits once our insert waits for it (not after a fixed time, which a loaded machine may let pass
+            // before our check even runs).
+            let release = Locked(false)
+            let winner = try await db.inAnotherSession(holdingFor: 60, release: release) { conn in
                 try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
                 try conn.execute("INSERT INTO users (id, email) VALUES (\(id), 'race@example.com')")
+            }
+            let releaser = Task {
+                defer { release.withLock { $0 = true } }
+                try await db.waitUntilSessionsWaitOnALock()
             }
             let (outcome, afterwards) = try await database.asDevice(device) { tx in
                 let profile = try users.ensureProfile(in: tx, id: id, email: "Race@Example.com")
@@ -118,6 +125,7 @@ struct UserRepositoryTests {
                 let visible = try tx.query("SELECT count(*) FROM users")[0].decode(0, as: Int.self)
                 return (profile.outcome, visible)
             }
+            try await releaser.value
             try await winner.value
             #expect(outcome == .conflictTreatedAsSuccess)
             #expect(afterwards == 1)

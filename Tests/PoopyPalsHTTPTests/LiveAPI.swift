@@ -80,7 +80,7 @@ struct LiveAPI: Sendable {
         } else if let body {
             request.httpBody = body
         }
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await TestHTTP.data(for: request)
         guard let http = response as? HTTPURLResponse else { throw SetupError("not an HTTP response") }
         var fields: [String: String] = [:]
         for (name, value) in http.allHeaderFields { fields["\(name)"] = "\(value)" }

@@ -52,7 +52,7 @@ struct LoadTests {
         var request = URLRequest(url: try #require(URL(string: base + "/healthz")))
         request.timeoutInterval = 30
         let started = ContinuousClock.now
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (_, response) = try await TestHTTP.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 200)
         return ContinuousClock.now - started
     }
@@ -212,7 +212,7 @@ struct LoadTests {
                 request.timeoutInterval = 120
                 request.setValue(device.uuidString, forHTTPHeaderField: "X-Device-ID")
                 if let json { request.httpBody = Data(json.utf8); request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-                let (data, response) = try await URLSession.shared.data(for: request)
+                let (data, response) = try await TestHTTP.data(for: request)
                 return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
             }
             #expect(try await send("PUT", "/v1/device", json: "{}").0 == 201)

@@ -10,20 +10,28 @@ import TestSupport
 struct ServeBinaryTests {
     @Test func sigtermFinishesInFlightRequestsAndExitsZero() async throws {
         try await TestDatabase.withMigrated { db in
-            // The upload waits 3 s for the lock: within its lock timeout, and within the 6 s shutdown grace.
-            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_LOCK_TIMEOUT": "10s"])
+            // The upload waits for the lock about 1 s after the signal: within its lock timeout, and within the
+            // 6 s shutdown grace.
+            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_LOCK_TIMEOUT": "20s"])
             defer { if process.isRunning { process.terminate() } }
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
-            // Another session locks poop_logs, so the next upload is in flight until it lets go.
-            let lock = try await db.inAnotherSession(holdingFor: 3) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            // Another session locks poop_logs until released (not for a fixed time, which a loaded machine can
+            // let pass before the upload even arrives), so the next upload is in flight until it lets go.
+            let release = Locked(false)
+            let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
+                try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
+            }
             async let upload = Self.request("POST", base + "/v1/logs", device: device,
                                             body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
-            try await Self.waitUntilWaitingOnALock(db)
+            try await db.waitUntilSessionsWaitOnALock()
             let signalled = ContinuousClock.now
             process.interrupt()  // SIGINT; SIGTERM below takes the same path
             kill(process.processIdentifier, SIGTERM)
+            try await Task.sleep(for: .seconds(1))
+            #expect(process.isRunning, "still finishing the upload")
+            release.withLock { $0 = true }
 
             let (status, _) = try await upload
             #expect(status == 201)
@@ -46,10 +54,13 @@ struct ServeBinaryTests {
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
 
-            let lock = try await db.inAnotherSession(holdingFor: 12) { try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE") }
+            let release = Locked(false)  // only once the upload has been answered: it must not get the lock before
+            let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
+                try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
+            }
             async let upload = Self.request("POST", base + "/v1/logs", device: device,
                                             body: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
-            try await Self.waitUntilWaitingOnALock(db)
+            try await db.waitUntilSessionsWaitOnALock()
             let signalled = ContinuousClock.now
             kill(process.processIdentifier, SIGTERM)
             let (status, body) = try await upload
@@ -64,6 +75,7 @@ struct ServeBinaryTests {
                     .decode(0, as: Int.self)
             }
             #expect(waiting == 0)
+            release.withLock { $0 = true }
             try await lock.value
             // The cancelled upload did not commit (row-level security is forced: look as the device).
             let logs = try await db.withConnection { conn in
@@ -90,19 +102,6 @@ struct ServeBinaryTests {
     /// The built binary serving `db` on free ports; returns once it says it listens, with its base URL.
     /// Until the upload is really in flight (its statement waits on the lock), at most 20 s: a fixed sleep
     /// was too short on a loaded machine, and the signal then came before the upload had even connected.
-    static func waitUntilWaitingOnALock(_ db: TestDatabase) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
-        while ContinuousClock.now < deadline {
-            let waiting = try await db.withConnection { conn in
-                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'")[0]
-                    .decode(0, as: Int.self)
-            }
-            if waiting > 0 { return }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw SetupError("the upload never reached the lock")
-    }
-
     static func serve(_ db: TestDatabase, environment extra: [String: String] = [:]) async throws -> (Process, String) {
         let process = Process()
         process.executableURL = TestProject.binary
@@ -154,7 +153,7 @@ struct ServeBinaryTests {
             request.httpBody = Data(body.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await TestHTTP.data(for: request)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
     }
 }

@@ -128,10 +128,11 @@ public struct SetupError: Error, CustomStringConvertible {
 }
 
 extension TestDatabase {
-    /// Runs `body` in a transaction of another session, keeps that transaction open for `seconds`, then
-    /// commits. Returns once `body` has run (so its locks or rows are in place), with the task to await.
+    /// Runs `body` in a transaction of another session, keeps that transaction open for `seconds` (or until
+    /// `release` is set, if that comes first), then commits. Returns once `body` has run (so its locks or rows are
+    /// in place), with the task to await.
     public func inAnotherSession(
-        holdingFor seconds: Double, _ body: @escaping @Sendable (Connection) throws -> Void
+        holdingFor seconds: Double, release: Locked<Bool>? = nil, _ body: @escaping @Sendable (Connection) throws -> Void
     ) async throws -> Task<Void, any Error> {
         let ready = Locked(false)
         let pool = pool(size: 1)
@@ -141,7 +142,8 @@ extension TestDatabase {
                 try conn.transaction { conn in
                     try body(conn)
                     ready.withLock { $0 = true }
-                    Thread.sleep(forTimeInterval: seconds)
+                    let end = Date().addingTimeInterval(seconds)
+                    while Date() < end && release?.value != true { Thread.sleep(forTimeInterval: 0.01) }
                 }
             }
         }
@@ -154,5 +156,21 @@ extension TestDatabase {
             try await Task.sleep(for: .milliseconds(5))
         }
         return task
+    }
+
+    /// Returns once `count` sessions on this database wait for a lock (`pg_stat_activity`); throws after `timeout`.
+    public func waitUntilSessionsWaitOnALock(_ count: Int = 1, timeout: Duration = .seconds(30)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        let pool = pool(size: 1)
+        defer { Task { await pool.close() } }
+        while ContinuousClock.now < deadline {
+            let waiting = try await pool.withConnection { [name] conn in
+                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(name) AND wait_event_type = 'Lock'")[0]
+                    .decode(0, as: Int.self)
+            }
+            if waiting >= count { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw SetupError("no session waited on a lock within \(timeout)")
     }
 }

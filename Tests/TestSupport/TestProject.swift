@@ -55,7 +55,11 @@ public enum TestProject {
         process.standardOutput = stdout
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        // `Process.run()` blocks while Foundation sets the child up (its run-loop hand-shake waited seconds under
+        // a parallel run): on a thread of its own, not one of the two cooperative ones.
+        try await withCheckedThrowingContinuation { (started: CheckedContinuation<Void, any Error>) in
+            Thread { started.resume(with: Result { try process.run() }) }.start()
+        }
         // Read both pipes while the process runs, so a chatty child never blocks on a full pipe. The reads block,
         // so they get threads of their own rather than two of the few cooperative ones.
         async let out = readToEnd(stdout.fileHandleForReading)
