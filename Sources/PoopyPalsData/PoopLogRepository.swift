@@ -59,7 +59,7 @@ public struct PoopLogRepository: Sendable {
     ///   other content; `RepositoryError.deviceNotRegistered`.
     public func create(_ new: NewPoopLog, as device: DeviceID) async throws -> (log: PoopLog, created: Bool) {
         try Self.validate(occurredAt: new.occurredAt, bristolType: new.bristolType, notes: new.notes)
-        let id = new.id ?? UUID()
+        let id = new.id ?? UUIDText.random()
         let returned: (PoopLog, Bool)?
         do {
             returned = try await database.asDevice(device, idempotent: true) { tx in

@@ -210,7 +210,7 @@ enum Timestamp {
         let fields = try fields(date)
         let start = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 20))
-        bytes.withUnsafeMutableBufferPointer { buffer in
+        _ = bytes.withUnsafeMutableBufferPointer { buffer in
             fields.write(into: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
         }
     }

@@ -19,7 +19,7 @@ struct RequestLogMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
-        let id = Self.sane(request.headers[.requestID]) ?? UUIDText.lowercase(UUID())
+        let id = Self.sane(request.headers[.requestID]) ?? UUIDText.lowercase(UUIDText.random())
         // Handlers' log lines name it themselves: setting it on the context's logger re-rendered the logger's
         // metadata on every request (3 % of the server's CPU listing logs).
         context.requestID = id
@@ -37,9 +37,20 @@ struct RequestLogMiddleware: RouterMiddleware {
         logger.info("request", metadata: [
             "request_id": "\(id)", "method": "\(request.method)", "route": "\(context.endpointPath ?? "unmatched")",
             "status": "\(response.status.code)",
-            "duration_ms": "\(String(format: "%.2f", Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1000))",
+            "duration_ms": "\(Self.milliseconds(elapsed))",
         ])
         return response
+    }
+
+    /// `1.25`: milliseconds with two decimals, rounded half up (`String(format:)` cost 3 % of a request's CPU).
+    static func milliseconds(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        // A clock's difference: never negative, nor millions of years (both answered without arithmetic).
+        guard seconds >= 0, attoseconds >= 0 else { return "0.00" }
+        guard seconds < 1_000_000_000 else { return "\(seconds)000.00" }
+        let hundredths = seconds * 100_000 + (attoseconds + 5_000_000_000_000) / 10_000_000_000_000
+        let fraction = hundredths % 100
+        return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
     }
 
     /// 1–128 characters of letters, digits and `-_.:`; anything else is replaced by a fresh id.

@@ -161,7 +161,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         head.headerFields[.contentType] = "application/json; charset=utf-8"
         head.headerFields[.contentLength] = String(body.readableBytes)
         head.headerFields[.connection] = "close"
-        head.headerFields[.requestID] = UUIDText.lowercase(UUID())
+        head.headerFields[.requestID] = UUIDText.lowercase(UUIDText.random())
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(body)), promise: nil)
         let channel = context.channel

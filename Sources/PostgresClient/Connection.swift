@@ -180,7 +180,7 @@ public final class Connection {
     public func pipelineResults(_ queries: [PostgresQuery]) throws -> [Result<QueryResult, any Error>] {
         for query in queries {
             if let error = query.bindError { throw error }
-            if query.sql.utf8.contains(0) {
+            if query.sql.containsNULByte {
                 throw PostgresClientError(.invalidParameter, "the SQL text contains a NUL byte")
             }
         }
@@ -296,7 +296,7 @@ public final class Connection {
 
     @discardableResult
     private func runScript(_ sql: String) throws -> QueryResult {
-        guard !sql.utf8.contains(0) else {
+        guard !sql.containsNULByte else {
             throw PostgresClientError(.invalidParameter, "the SQL text contains a NUL byte")
         }
         guard isOpen else { throw PostgresClientError(.connectionLost, "the connection is closed") }

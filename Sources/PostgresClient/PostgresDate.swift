@@ -28,7 +28,12 @@ package enum PostgresDate {
 
     /// Parses `YYYY-MM-DD[ HH:MM:SS[.ffffff]][±HH[:MM[:SS]]]`; a value without offset is taken as UTC.
     static func parse(_ text: String) -> Date? {
-        let bytes = Array(text.utf8)
+        var text = text
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    /// `parse(_:)` on UTF-8 bytes, such as libpq's buffer for a value: no String made on the way.
+    static func parse(utf8 bytes: UnsafeBufferPointer<UInt8>) -> Date? {
         var index = 0
         func number(_ digits: Int) -> Int64? {
             guard index + digits <= bytes.count else { return nil }

@@ -11,12 +11,20 @@ public protocol PostgresDecodable {
     /// Decodes a non-NULL value.
     /// - Throws: `PostgresDecodingFailure` naming the reason, never quoting the value.
     static func decode(postgresText text: String, type: PostgresType) throws -> Self
+    /// Decodes a non-NULL value from its UTF-8 bytes, as libpq holds them (valid only during the call). The
+    /// default makes a `String` and calls `decode(postgresText:type:)`; the types read on every request (UUIDs,
+    /// timestamps, integers) read the bytes themselves, with the same results and the same failures.
+    static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self
     /// The value for SQL NULL; throws for non-optional types.
     static func decodeNull() throws -> Self
 }
 
 extension PostgresDecodable {
     public static func decodeNull() throws -> Self { throw PostgresDecodingFailure("unexpected NULL") }
+
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)
+    }
 
     static func requireType(_ type: PostgresType, _ accepted: PostgresType...) throws {
         guard accepted.contains(type) else { throw PostgresDecodingFailure("incompatible column type") }
@@ -26,6 +34,9 @@ extension PostgresDecodable {
 extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> Self {
         try Wrapped.decode(postgresText: text, type: type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        try Wrapped.decode(postgresBytes: bytes, type: type)
     }
     public static func decodeNull() throws -> Self { nil }
 }
@@ -46,6 +57,32 @@ extension Bool: PostgresDecodable {
     }
 }
 
+/// An integer column's digits, read from the bytes; anything else (numeric, a sign PostgreSQL does not print, out of
+/// range) goes the `String` way, which also words the failure.
+private func decodeInteger<T: FixedWidthInteger>(_ bytes: UnsafeBufferPointer<UInt8>, _ type: PostgresType) throws -> T {
+    if type.isInteger, let value: T = parseDecimalDigits(bytes) { return value }
+    return try decodeInteger(String(decoding: bytes, as: UTF8.self), type)
+}
+
+/// `-?[0-9]+` as `T`, or nil (also on overflow: every step is checked).
+func parseDecimalDigits<T: FixedWidthInteger>(_ bytes: UnsafeBufferPointer<UInt8>) -> T? {
+    let negative = bytes.first == UInt8(ascii: "-")
+    var index = negative ? 1 : 0
+    guard index < bytes.count else { return nil }
+    var value: T = 0
+    while index < bytes.count {
+        let digit = bytes[index] &- 48
+        guard digit < 10 else { return nil }
+        let (shifted, overflowed) = value.multipliedReportingOverflow(by: 10)
+        let (next, carried) = negative ? shifted.subtractingReportingOverflow(T(truncatingIfNeeded: digit))
+                                       : shifted.addingReportingOverflow(T(truncatingIfNeeded: digit))
+        guard !overflowed, !carried else { return nil }
+        value = next
+        index += 1
+    }
+    return value
+}
+
 private func decodeInteger<T: FixedWidthInteger>(_ text: String, _ type: PostgresType) throws -> T {
     guard type.isInteger || type == .numeric else { throw PostgresDecodingFailure("incompatible column type") }
     guard let value = T(text) else {
@@ -59,11 +96,17 @@ extension Int: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> Int {
         try decodeInteger(text, type)
     }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
+        try decodeInteger(bytes, type)
+    }
 }
 
 extension Int16: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> Int16 {
         try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
+        try decodeInteger(bytes, type)
     }
 }
 
@@ -71,11 +114,17 @@ extension Int32: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> Int32 {
         try decodeInteger(text, type)
     }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
+        try decodeInteger(bytes, type)
+    }
 }
 
 extension Int64: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> Int64 {
         try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
+        try decodeInteger(bytes, type)
     }
 }
 
@@ -138,6 +187,11 @@ extension UUID: PostgresDecodable {
         guard let value = UUIDText.parse(text) else { throw PostgresDecodingFailure("not a UUID") }
         return value
     }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> UUID {
+        try requireType(type, .uuid)
+        guard let value = UUIDText.parse(utf8: bytes) else { throw PostgresDecodingFailure("not a UUID") }
+        return value
+    }
 }
 
 extension Date: PostgresDecodable {
@@ -149,6 +203,11 @@ extension Date: PostgresDecodable {
                 ? "infinite timestamps have no Date form" : "not an ISO timestamp (is DateStyle ISO?)")
         }
         return value
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Date {
+        try requireType(type, .timestamptz, .timestamp, .date)
+        if let value = PostgresDate.parse(utf8: bytes) { return value }
+        return try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)  // words the failure
     }
 }
 

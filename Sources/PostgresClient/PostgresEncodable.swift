@@ -10,7 +10,7 @@ public protocol PostgresEncodable: Sendable {
 extension String: PostgresEncodable {
     public func postgresText() throws -> String? {
         // libpq sends text parameters as C strings: a NUL would silently cut the value short.
-        if utf8.contains(0) {
+        if containsNULByte {
             throw PostgresClientError(.invalidParameter,
                 "a string parameter contains a NUL byte (U+0000), which PostgreSQL text cannot store")
         }
@@ -89,5 +89,16 @@ extension Optional: PostgresEncodable where Wrapped: PostgresEncodable {
         case .none: return nil
         case .some(let value): return try value.postgresText()
         }
+    }
+}
+
+extension String {
+    /// Whether the UTF-8 text holds a NUL, which a C string (all libpq takes) would silently end at. `memchr` on
+    /// the contiguous bytes: checked for every statement and text parameter.
+    var containsNULByte: Bool {
+        utf8.withContiguousStorageIfAvailable { bytes in
+            guard let base = bytes.baseAddress, !bytes.isEmpty else { return false }
+            return memchr(base, 0, bytes.count) != nil
+        } ?? utf8.contains(0)
     }
 }

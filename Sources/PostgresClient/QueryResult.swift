@@ -72,18 +72,15 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
                                         reason: "no such column")
         }
         do {
+            guard row >= 0, row < endIndex else { throw PostgresDecodingFailure("no such row") }
             if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return try T.decodeNull() }
-            // UUIDs (a row's id, a device's key) are read from libpq's bytes, without a String in between.
-            if T.self == UUID.self, columns[column].type == .uuid, let bytes = PQgetvalue(handle, Int32(row), Int32(column)) {
-                let length = Int(PQgetlength(handle, Int32(row), Int32(column)))
-                let parsed = bytes.withMemoryRebound(to: UInt8.self, capacity: Swift.max(length, 1)) {
-                    UUIDText.parse(utf8: UnsafeBufferPointer(start: $0, count: length))
-                }
-                guard let parsed else { throw PostgresDecodingFailure("not a UUID") }
-                if let value = parsed as? T { return value }
+            // Read from libpq's bytes: UUIDs, timestamps and integers make no String on the way.
+            guard let value = PQgetvalue(handle, Int32(row), Int32(column)) else { throw PostgresDecodingFailure("no such row") }
+            let length = Swift.max(0, Int(PQgetlength(handle, Int32(row), Int32(column))))
+            let type = columns[column].type
+            return try value.withMemoryRebound(to: UInt8.self, capacity: Swift.max(length, 1)) {
+                try T.decode(postgresBytes: UnsafeBufferPointer(start: $0, count: length), type: type)
             }
-            let text = String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
-            return try T.decode(postgresText: text, type: columns[column].type)
         } catch let failure as PostgresDecodingFailure {
             throw PostgresDecodingError(column: columns[column].name, expected: "\(T.self)",
                                         actualType: columns[column].type.description, reason: failure.reason)

@@ -307,6 +307,39 @@ struct UserRepositoryTests {
         }
     }
 
+    /// ASCII addresses are checked on their bytes; the outcome (normalised value or the failure's wording) must be
+    /// what the general, Foundation-based check gives, for tricky and for random values.
+    @Test func theASCIIEmailCheckAgreesWithTheGeneralOne() {
+        func general(_ raw: String) -> String {
+            do { return "ok " + (try Email.normalizedUnicode(raw)) } catch { return "failed \(error.reason)" }
+        }
+        func fast(_ raw: String) -> String? {
+            switch Email.checkASCII(raw) {
+            case .valid(let value): "ok " + value
+            case .failed(let failure): "failed \(failure.reason)"
+            case .notASCII: nil
+            }
+        }
+        var cases = ["chris@example.com", "  Chris@Example.COM \t\r\n", "", "   ", "@example.com", "chris@", "chris@example",
+                     "chris@.example.com", "chris@example.com.", "chris@exa..mple.com", "a@b@example.com", "chris @example.com",
+                     "chris@exam\u{0}ple.com", "\"chris\"@example.com", "a,b@example.com", "a@b.c", ".a@b.c", "a.@b.c",
+                     "\u{0B}a@b.c\u{0C}", "a\r\nb@c.d", "a\u{1F}@b.c", "a\u{7F}@b.c", "A@B.C",
+                     String(repeating: "a", count: 64) + "@example.com", String(repeating: "a", count: 65) + "@example.com",
+                     String(repeating: "a", count: 60) + "@" + String(repeating: "b", count: 189) + ".com",
+                     String(repeating: "a", count: 60) + "@" + String(repeating: "b", count: 190) + ".com"]
+        let alphabet = Array("aZ09.@ \t\n\r\u{0B}\u{0C}\u{0}\",-_+\u{1F}\u{7F}")
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<3000 {
+            let length = Int.random(in: 0...12, using: &generator)
+            cases.append(String((0..<length).map { _ in alphabet.randomElement(using: &generator) ?? "a" }))
+        }
+        for raw in cases {
+            #expect(fast(raw) == general(raw), "\(raw.debugDescription)")
+        }
+        #expect(fast("chrïs@example.com") == nil)
+        #expect((try? Email("Chrïs@Example.com"))?.normalized == "chrïs@example.com")
+    }
+
     @Test func emailsAreRedactedInDescriptions() throws {
         let email = try Email("  Chris@Example.com ")
         #expect(email.normalized == "chris@example.com")

@@ -23,6 +23,53 @@ struct UnitTests {
         #expect(UUIDText.parse(text) == nil)
     }
 
+    /// Integers, timestamps and UUIDs are read from libpq's bytes; what they return (or the failure they report)
+    /// must be exactly what the String path gives.
+    @Test func decodingFromBytesAgreesWithDecodingFromText() {
+        func both<T: PostgresDecodable & Equatable>(_ text: String, _ type: PostgresType, as: T.Type) -> (String, String) {
+            func describe(_ body: () throws -> T) -> String {
+                do { return "value \(try body())" } catch let failure as PostgresDecodingFailure { return "failure \(failure.reason)" } catch { return "other \(error)" }
+            }
+            let viaText = describe { try T.decode(postgresText: text, type: type) }
+            var copy = text
+            let viaBytes = copy.withUTF8 { bytes in describe { try T.decode(postgresBytes: bytes, type: type) } }
+            return (viaText, viaBytes)
+        }
+        let integers = ["0", "-0", "7", "-7", "007", "32767", "32768", "-32768", "-32769", "2147483647", "2147483648",
+                        "-2147483648", "-2147483649", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
+                        "-9223372036854775809", "99999999999999999999999", "", "-", "+5", " 5", "5 ", "1e3", "12.0", "٣", "0x10"]
+        for text in integers {
+            for type in [PostgresType.int2, .int4, .int8, .numeric, .text] {
+                var pair = both(text, type, as: Int16.self)
+                #expect(pair.0 == pair.1, "Int16 \(text)")
+                pair = both(text, type, as: Int32.self)
+                #expect(pair.0 == pair.1, "Int32 \(text)")
+                pair = both(text, type, as: Int64.self)
+                #expect(pair.0 == pair.1, "Int64 \(text)")
+                pair = both(text, type, as: Int.self)
+                #expect(pair.0 == pair.1, "Int \(text)")
+            }
+        }
+        #expect(both("9223372036854775807", .int8, as: Int64.self).1 == "value 9223372036854775807")
+        #expect(both("-32768", .int2, as: Int16.self).1 == "value -32768")
+        let dates = ["2026-11-24 01:02:03.456789+00", "2026-11-24 01:02:03+05:30", "0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00",
+                     "2026-11-24", "infinity", "-infinity", "2026-13-01", "2026-11-24 25:00:00+00", "2026-11-24 01:02:03 junk", "", "20261124"]
+        for text in dates {
+            for type in [PostgresType.timestamptz, .timestamp, .date, .text] {
+                let pair = both(text, type, as: Date.self)
+                #expect(pair.0 == pair.1, "Date \(text)")
+            }
+        }
+        for text in ["6f1c0a4e-3b2d-4c5e-9f70-8a9b0c1d2e3f", "6F1C0A4E-3B2D-4C5E-9F70-8A9B0C1D2E3F", "6f1c0a4e", ""] {
+            for type in [PostgresType.uuid, .text] {
+                let pair = both(text, type, as: UUID.self)
+                #expect(pair.0 == pair.1, "UUID \(text)")
+            }
+        }
+        let optional = both("42", .int4, as: Int?.self)
+        #expect(optional.0 == optional.1)
+    }
+
     @Test func interpolationBindsValuesAndOnlyUnescapedIsRaw() {
         let email = "x'); DROP TABLE users; --"
         let table = "users"
