@@ -202,6 +202,13 @@ struct Bench: AsyncParsableCommand {
             }
         }
         await repositories.database.pool.close()
+        // The peer's client is shut down before the next cell, not left winding down behind it: cancelled clients
+        // that were never awaited kept working beside the later cells (our context switches per request went
+        // from 1.0 to 2.5–4.5 in the scenarios measured last, and 1.0 again with --skip-peer).
+        if let peerTask {
+            peerTask.cancel()
+            await peerTask.value
+        }
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, nio: nio, roundTrips: roundTrips)
     }
 
