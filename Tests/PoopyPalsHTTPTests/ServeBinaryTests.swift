@@ -12,7 +12,7 @@ struct ServeBinaryTests {
         try await TestDatabase.withMigrated { db in
             // The upload waits for the lock about 1 s after the signal: within its lock timeout, and within the
             // 6 s shutdown grace.
-            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_LOCK_TIMEOUT": "20s"])
+            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_STATEMENT_TIMEOUT": "30s", "POOPYPALS_LOCK_TIMEOUT": "20s"])
             defer { if process.isRunning { process.terminate() } }
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)

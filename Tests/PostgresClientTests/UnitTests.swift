@@ -28,7 +28,11 @@ struct UnitTests {
     @Test func decodingFromBytesAgreesWithDecodingFromText() {
         func both<T: PostgresDecodable & Equatable>(_ text: String, _ type: PostgresType, as: T.Type) -> (String, String) {
             func describe(_ body: () throws -> T) -> String {
-                do { return "value \(try body())" } catch let failure as PostgresDecodingFailure { return "failure \(failure.reason)" } catch { return "other \(error)" }
+                do {
+                    let value = try body()
+                    // A Date's description stops at whole seconds: compare its exact offset too.
+                    return "value \(value)" + ((value as? Date).map { " \($0.timeIntervalSince1970)" } ?? "")
+                } catch let failure as PostgresDecodingFailure { return "failure \(failure.reason)" } catch { return "other \(error)" }
             }
             let viaText = describe { try T.decode(postgresText: text, type: type) }
             var copy = text
