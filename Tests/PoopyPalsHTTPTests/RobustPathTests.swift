@@ -87,11 +87,7 @@ struct RobustPathTests {
             #expect(reply.header("Retry-After") != nil)
             #expect(ContinuousClock.now - started < .seconds(15))  // not the 30 s the lock is held
             // Nothing of ours waits on the server, though the lock is still held.
-            let waiting = try await db.withConnection { conn in
-                try conn.query("""
-                    SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'
-                    """)[0].decode(0, as: Int.self)
-            }
+            let waiting = try await db.withConnection { try db.sessionsWaitingOnALock(in: $0) }
             #expect(waiting == 0)
             release.withLock { $0 = true }
             try await lock.value

@@ -70,10 +70,7 @@ struct ServeBinaryTests {
             #expect(!process.isRunning)
             #expect(process.terminationStatus == 0)
             #expect(ContinuousClock.now - signalled < .seconds(10))
-            let waiting = try await db.withConnection { conn in
-                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND wait_event_type = 'Lock'")[0]
-                    .decode(0, as: Int.self)
-            }
+            let waiting = try await db.withConnection { try db.sessionsWaitingOnALock(in: $0) }
             #expect(waiting == 0)
             release.withLock { $0 = true }
             try await lock.value

@@ -158,17 +158,19 @@ extension TestDatabase {
         return task
     }
 
-    /// Returns once `count` sessions on this database wait for a lock (`pg_stat_activity`); throws after `timeout`.
-    public func waitUntilSessionsWaitOnALock(_ count: Int = 1, timeout: Duration = .seconds(30)) async throws {
+    /// Sessions on this database waiting for a lock now (`pg_stat_activity`), read on `conn`.
+    public func sessionsWaitingOnALock(in conn: Connection) throws -> Int {
+        try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(name) AND wait_event_type = 'Lock'")[0]
+            .decode(0, as: Int.self)
+    }
+
+    /// Returns once a session on this database waits for a lock; throws after `timeout`.
+    public func waitUntilSessionsWaitOnALock(timeout: Duration = .seconds(30)) async throws {
         let deadline = ContinuousClock.now + timeout
         let pool = pool(size: 1)
         defer { Task { await pool.close() } }
         while ContinuousClock.now < deadline {
-            let waiting = try await pool.withConnection { [name] conn in
-                try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(name) AND wait_event_type = 'Lock'")[0]
-                    .decode(0, as: Int.self)
-            }
-            if waiting >= count { return }
+            if try await pool.withConnection({ try self.sessionsWaitingOnALock(in: $0) }) > 0 { return }
             try await Task.sleep(for: .milliseconds(20))
         }
         throw SetupError("no session waited on a lock within \(timeout)")
