@@ -95,6 +95,20 @@ public struct PoopLogRepository: Sendable {
         return (log, created)
     }
 
+    /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
+    static func listQuery(after position: LogCursor?, fetch: Int) -> PostgresQuery {
+        let limit = PageFetch.literal(atLeast: fetch)
+        return if let position {
+            """
+            SELECT \(unescaped: PoopLog.columns) FROM poop_logs
+            WHERE (occurred_at, id) < (\(position.occurredAt), \(position.id))
+            ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
+            """
+        } else {
+            "SELECT \(unescaped: PoopLog.columns) FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)"
+        }
+    }
+
     /// The log, or nil when it does not exist or belongs to another device.
     public func get(_ id: UUID, as device: DeviceID) async throws -> PoopLog? {
         try await database.asDevice(device, idempotent: true) { tx in
@@ -107,18 +121,9 @@ public struct PoopLogRepository: Sendable {
     public func list(before cursor: String? = nil, limit: Int = 50, as device: DeviceID) async throws -> PoopLogPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 200") }
         let position = try cursor.map(LogCursor.init(encoded:))
-        let fetch = limit + 1  // one more than asked tells whether another page follows
+        let query = Self.listQuery(after: position, fetch: limit + 1)  // one more tells whether a page follows
         let logs = try await database.asDevice(device, idempotent: true) { tx in
-            let query: PostgresQuery = if let position {
-                """
-                SELECT \(unescaped: PoopLog.columns) FROM poop_logs
-                WHERE (occurred_at, id) < (\(position.occurredAt), \(position.id))
-                ORDER BY occurred_at DESC, id DESC LIMIT \(fetch)
-                """
-            } else {
-                "SELECT \(unescaped: PoopLog.columns) FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT \(fetch)"
-            }
-            return try tx.finalQuery(query).map(PoopLog.init(row:))
+            try tx.finalQuery(query).map(PoopLog.init(row:))
         }
         let items = Array(logs.prefix(limit))
         let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil

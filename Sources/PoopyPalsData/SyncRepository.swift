@@ -50,22 +50,9 @@ public struct SyncRepository: Sendable {
     public func pull(cursor: String?, limit: Int, as device: DeviceID) async throws -> SyncPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 500") }
         let after = try cursor.map(SyncCursor.init(encoded:))?.sequence ?? 0
-        let fetch = limit + 1
+        let query = Self.pullQuery(after: after, fetch: limit + 1)
         let (purged, rows) = try await database.asDevice(device, idempotent: true) { tx in
-            let result = try tx.finalQuery("""
-                WITH device AS (SELECT purged_through_seq FROM devices),
-                changes AS (
-                    SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
-                           l.created_at, l.updated_at, l.change_seq AS version
-                    FROM poop_logs l WHERE l.change_seq > \(after)
-                    UNION ALL
-                    SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
-                    FROM poop_log_tombstones t WHERE t.change_seq > \(after)
-                    ORDER BY 2 LIMIT \(fetch)
-                )
-                SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
-                FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
-                """)
+            let result = try tx.finalQuery(query)
             let purged = try result.first?.decode("purged", as: Int64?.self) ?? 0
             var changes: [(Int64, SyncChange)] = []
             for row in result {
@@ -80,6 +67,29 @@ public struct SyncRepository: Sendable {
         let page = rows.prefix(limit)
         let last = page.last?.0 ?? after
         return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last).encoded, hasMore: rows.count > limit)
+    }
+
+    /// Changes after `after`, at least `fetch` of them (`PageFetch`), with the device's purge mark on every row (and
+    /// on one row of NULLs when there are none). Each side of the union takes its own first rows from its
+    /// `(device_id, change_seq)` index before they are merged: PostgreSQL 15–18 plan a top-level `UNION ALL … ORDER
+    /// BY … LIMIT` as read everything, then sort, which made a page cost the device's whole history after the
+    /// cursor (1 000 logs: 1 030 buffers and 800 pages/s at 1 M rows, against 4 600/s with the inner limits).
+    static func pullQuery(after: Int64, fetch: Int) -> PostgresQuery {
+        let limit = PageFetch.literal(atLeast: fetch)
+        return """
+            WITH device AS (SELECT purged_through_seq FROM devices),
+            changes AS (
+                (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
+                        l.created_at, l.updated_at, l.change_seq AS version
+                 FROM poop_logs l WHERE l.change_seq > \(after) ORDER BY l.change_seq LIMIT \(unescaped: limit))
+                UNION ALL
+                (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
+                 FROM poop_log_tombstones t WHERE t.change_seq > \(after) ORDER BY t.change_seq LIMIT \(unescaped: limit))
+                ORDER BY 2 LIMIT \(unescaped: limit)
+            )
+            SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
+            FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
+            """
     }
 
     /// Applies `operations` in order, in one transaction: all or nothing. Last writer wins in server order;

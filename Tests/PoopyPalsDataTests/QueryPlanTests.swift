@@ -1,0 +1,154 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+/// What PostgreSQL does with the page queries once a device has a long history: the plan, not the answer (the
+/// answers are covered beside the repositories). Both defects here were found by the benchmark's scaling table.
+@Suite("Page queries at scale")
+struct QueryPlanTests {
+    static let history = 3_000
+
+    /// One device with `history` logs (change numbers 1…history, one minute apart), statistics fresh.
+    private static func seed(_ db: TestDatabase, _ database: Database) async throws -> DeviceID {
+        let device = try DeviceID(UUID())
+        _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+        try await db.withConnection { conn in
+            // Seeding only: the change trigger would renumber the device row once per log.
+            try conn.transaction { conn in
+                try conn.query("SELECT set_config('app.device_id', \(device.key.uuidString), true)")
+                try conn.executeScript("ALTER TABLE poop_logs DISABLE TRIGGER poop_logs_track_change_write")
+                try conn.query("""
+                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type, change_seq)
+                    SELECT \(device.key), timestamptz '2020-01-01' + n * interval '1 minute', 1 + n % 7, n
+                    FROM generate_series(1, \(history)) AS n
+                    """)
+                try conn.query("UPDATE devices SET change_seq = \(history)")
+                try conn.executeScript("ALTER TABLE poop_logs ENABLE TRIGGER poop_logs_track_change_write")
+            }
+            try conn.executeScript("ANALYZE poop_logs; ANALYZE poop_log_tombstones")
+        }
+        return device
+    }
+
+    /// A pool of one session with the statement cache on, so that the session's prepared statements can be read.
+    private static func singleSession(_ db: TestDatabase) -> ConnectionPool {
+        var connection = db.configuration
+        connection.statementCache = true
+        return ConnectionPool(configuration: .init(connection: connection, maxConnections: 1))
+    }
+
+    /// The largest row count any node of the plan produced, from `EXPLAIN (ANALYZE, FORMAT JSON)` of `query` run
+    /// as `device` in the request transaction.
+    private static func mostRowsOfAnyNode(_ query: PostgresQuery, as device: DeviceID, database: Database) async throws -> Int {
+        let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + query.sql, binds: query.binds.map { $0 ?? "" })
+        let json = try await database.asDevice(device) { tx in try tx.finalQuery(explain).first?.decode(0, as: String.self) }
+        let text = try #require(json)
+        let plans = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]])
+        func most(_ node: [String: Any]) -> Int {
+            let own = ((node["Actual Rows"] as? NSNumber)?.intValue ?? 0) * ((node["Actual Loops"] as? NSNumber)?.intValue ?? 1)
+            return ((node["Plans"] as? [[String: Any]]) ?? []).map(most).reduce(own, max)
+        }
+        return most(try #require(plans.first?["Plan"] as? [String: Any]))
+    }
+
+    /// The defect: a `UNION ALL … ORDER BY … LIMIT` at the top of the changes query is planned as "read every
+    /// change after the cursor, then sort", so the first page of a device with 3 000 logs read all 3 000 (and a
+    /// full sync read the history once per page). This failed before the inner limits: 3 000 rows out of a node.
+    @Test func aSyncPageReadsThePageNotTheDevicesHistory() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try await Self.seed(db, database)
+            let logs = PoopLogRepository(database: database)
+            let sync = SyncRepository(database: database)
+            // A few deletes, so that both sides of the union have rows.
+            let deleted = try await logs.list(limit: 200, as: device).items.prefix(5).map(\.id)
+            for id in deleted { #expect(try await logs.delete(id, as: device)) }
+
+            for after in [Int64(0), 1_500] {
+                let rows = try await Self.mostRowsOfAnyNode(SyncRepository.pullQuery(after: after, fetch: 21), as: device, database: database)
+                #expect(rows <= PageFetch.rows(atLeast: 21) + 1, "a node produced \(rows) rows for a page of 21 after \(after)")
+            }
+
+            // The pages still hold every change once, in order (37 asked, 51 fetched: the extra rows trimmed).
+            var cursor: String? = nil
+            var upserts: [UUID] = []
+            var deletes: [UUID] = []
+            var pages = 0
+            while pages < 200 {
+                let page = try await sync.pull(cursor: cursor, limit: 37, as: device)
+                pages += 1
+                #expect(page.changes.count <= 37)
+                for change in page.changes {
+                    switch change {
+                    case .upsert(let log): upserts.append(log.id)
+                    case .delete(let id): deletes.append(id)
+                    }
+                }
+                cursor = page.cursor
+                if !page.hasMore { break }
+            }
+            #expect(upserts.count == Self.history - deleted.count)
+            #expect(Set(upserts).count == upserts.count)
+            #expect(Set(deletes) == Set(deleted))
+            #expect(pages == (Self.history + 36) / 37)
+        }
+    }
+
+    /// The defect: with `LIMIT $n` PostgreSQL judged the generic plan dearer (it assumes a tenth of the device's
+    /// rows come back) and planned "list newest" again on every request once a device had a long history. This
+    /// failed before the literal limits: 16 custom plans and no generic one for the first page.
+    @Test func listingNewestKeepsOnePlanForADeviceWithALongHistory() async throws {
+        try await TestDatabase.withMigrated { db in
+            let pool = Self.singleSession(db)
+            let database = Database(pool: pool)
+            let device = try await Self.seed(db, database)
+            let logs = PoopLogRepository(database: database)
+            let first = try await logs.list(limit: 20, as: device)
+            let cursor = try #require(first.nextCursor)
+            for _ in 0..<15 {
+                #expect(try await logs.list(limit: 20, as: device).items == first.items)
+                #expect(try await logs.list(before: cursor, limit: 20, as: device).items.count == 20)
+            }
+            let plans = try await pool.withConnection { conn in
+                try conn.query("""
+                    SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements
+                    WHERE statement LIKE '%FROM poop_logs%ORDER BY occurred_at DESC, id DESC LIMIT%'
+                      AND statement NOT LIKE '%pg_prepared_statements%'
+                    """).map { (try $0.decode(0, as: String.self), try $0.decode(1, as: Int64.self), try $0.decode(2, as: Int64.self)) }
+            }
+            #expect(plans.count == 2, "the first page and the page after a cursor: \(plans.map(\.0))")
+            for (statement, generic, custom) in plans {
+                // PostgreSQL tries five custom plans for a statement with parameters before it compares.
+                #expect(generic >= 8 && custom <= 5, "\(generic) generic, \(custom) custom plans: \(statement)")
+            }
+
+            // Paging still returns every log once, newest first, when more rows are fetched than asked (150 → 201).
+            var seen: [PoopLog] = []
+            var before: String? = nil
+            repeat {
+                let page = try await logs.list(before: before, limit: 150, as: device)
+                #expect(page.items.count <= 150)
+                seen += page.items
+                before = page.nextCursor
+            } while before != nil && seen.count <= Self.history
+            #expect(seen.count == Self.history)
+            #expect(Set(seen.map(\.id)).count == Self.history)
+            #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.occurredAt > $1.occurredAt })
+            await pool.close()
+        }
+    }
+
+    @Test func pageFetchSizesCoverEveryPageSizeWithSixStatements() {
+        var used = Set<Int>()
+        for rows in 1...501 {
+            let fetch = PageFetch.rows(atLeast: rows)
+            #expect(fetch >= rows && fetch < rows * 11 + 1)
+            #expect(PageFetch.literal(atLeast: rows).allSatisfy(\.isASCII) && Int(PageFetch.literal(atLeast: rows)) == fetch)
+            used.insert(fetch)
+        }
+        #expect(used.count == 6)
+        #expect(PageFetch.rows(atLeast: 21) == 21 && PageFetch.rows(atLeast: 51) == 51 && PageFetch.rows(atLeast: 22) == 51)
+    }
+}
