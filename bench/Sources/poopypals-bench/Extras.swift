@@ -7,6 +7,8 @@ struct ScalingRow: Encodable {
     let rows: Int
     let devices: Int
     let measurement: Measurement
+    /// pgbench running the same SQL on the same data, in rounds alternating with ours (median).
+    let pgbench: Measurement
     let plan: String
 }
 

@@ -79,12 +79,13 @@ struct Report: Encodable {
                        keyDerivationNanoseconds / 1000)
         if !scaling.isEmpty {
             text += "\nScaling of “list 20 newest logs” (concurrency 8, median of the rounds after a warm-up; every device has at least 21 logs, so every request returns 20):\n\n"
-            text += "| rows | devices | logs per device | ops/s | p99 | vs smallest |\n|---|---|---|---|---|---|\n"
+            text += "| rows | devices | logs per device | ops/s | p99 | vs smallest | pgbench ops/s (same SQL, same data) | vs pgbench |\n|---|---|---|---|---|---|---|---|\n"
             let first = scaling.first?.measurement.opsPerSecond ?? 0
             text += scaling.map {
-                String(format: "| %d | %d | %d | %.0f | %.2f ms | %.2f |", $0.rows, $0.devices, $0.rows / max(1, $0.devices),
+                String(format: "| %d | %d | %d | %.0f | %.2f ms | %.2f | %.0f | %.2f |", $0.rows, $0.devices, $0.rows / max(1, $0.devices),
                        $0.measurement.opsPerSecond, $0.measurement.p99Milliseconds ?? 0,
-                       first > 0 ? $0.measurement.opsPerSecond / first : 0)
+                       first > 0 ? $0.measurement.opsPerSecond / first : 0,
+                       $0.pgbench.opsPerSecond, $0.pgbench.opsPerSecond > 0 ? $0.measurement.opsPerSecond / $0.pgbench.opsPerSecond : 0)
             }.joined(separator: "\n") + "\n"
             if let largest = scaling.last {
                 text += "\nPlan under row-level security at \(largest.rows) rows:\n\n```\n\(largest.plan)\n```\n"
