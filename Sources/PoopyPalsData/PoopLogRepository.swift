@@ -123,7 +123,8 @@ public struct PoopLogRepository: Sendable {
         let position = try cursor.map(LogCursor.init(encoded:))
         let query = Self.listQuery(after: position, fetch: limit + 1)  // one more tells whether a page follows
         let logs = try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery(query).map(PoopLog.init(row:))
+            // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
+            try tx.finalQuery(query).prefix(limit + 1).map(PoopLog.init(row:))
         }
         let items = Array(logs.prefix(limit))
         let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil

@@ -41,9 +41,24 @@ struct QueryPlanTests {
 
     /// The largest row count any node of the plan produced, from `EXPLAIN (ANALYZE, FORMAT JSON)` of `query` run
     /// as `device` in the request transaction.
-    private static func mostRowsOfAnyNode(_ query: PostgresQuery, as device: DeviceID, database: Database) async throws -> Int {
-        let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + query.sql, binds: query.binds.map { $0 ?? "" })
-        let json = try await database.asDevice(device) { tx in try tx.finalQuery(explain).first?.decode(0, as: String.self) }
+    /// With `generic`, the plan PostgreSQL caches for the statement (`force_generic_plan`: parameters unknown to
+    /// the planner), through a statement prepared for the purpose (parameter types from the context, values as
+    /// literals) and deallocated before the transaction ends.
+    private static func mostRowsOfAnyNode(_ query: PostgresQuery, as device: DeviceID, database: Database,
+                                          generic: Bool = false) async throws -> Int {
+        let json = try await database.asDevice(device) { tx in
+            guard generic else {
+                let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + query.sql, binds: query.binds.map { $0 ?? "" })
+                return try tx.finalQuery(explain).first?.decode(0, as: String.self)
+            }
+            let name = "plan_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+            let values = query.binds.map { "'" + ($0 ?? "").replacingOccurrences(of: "'", with: "''") + "'" }.joined(separator: ", ")
+            _ = try tx.query(PostgresQuery(unsafeSQL: "PREPARE \(name) AS " + query.sql))
+            _ = try tx.query("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+            let text = try tx.query(PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE \(name)(\(values))")).first?.decode(0, as: String.self)
+            _ = try tx.finalQuery(PostgresQuery(unsafeSQL: "DEALLOCATE \(name)"))
+            return text
+        }
         let text = try #require(json)
         let plans = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [[String: Any]])
         func most(_ node: [String: Any]) -> Int {
@@ -62,37 +77,54 @@ struct QueryPlanTests {
             let device = try await Self.seed(db, database)
             let logs = PoopLogRepository(database: database)
             let sync = SyncRepository(database: database)
-            // A few deletes, so that both sides of the union have rows.
-            let deleted = try await logs.list(limit: 200, as: device).items.prefix(5).map(\.id)
-            for id in deleted { #expect(try await logs.delete(id, as: device)) }
+            // More deletes than a page holds, alternating with updates, so that both sides of the union have more
+            // rows than the page and their change numbers interleave.
+            let newest = try await logs.list(limit: 200, as: device).items.map(\.id)
+            for (deleted, updated) in zip(newest.prefix(30), newest.dropFirst(30).prefix(30)) {
+                #expect(try await logs.delete(deleted, as: device))
+                #expect(try await logs.update(updated, PoopLogPatch(bristolType: 2), as: device) != nil)
+            }
+            let deleted = Set(newest.prefix(30))
 
-            for after in [Int64(0), 1_500] {
-                let rows = try await Self.mostRowsOfAnyNode(SyncRepository.pullQuery(after: after, fetch: 21), as: device, database: database)
-                #expect(rows <= PageFetch.rows(atLeast: 21) + 1, "a node produced \(rows) rows for a page of 21 after \(after)")
+            for after in [Int64(0), 1_500, 3_000] {
+                let query = SyncRepository.pullQuery(after: after, fetch: 21)
+                // A page's worth, not the history: PostgreSQL may still read a small side whole (the 30 tombstones)
+                // and sort it, so the bound is a few pages, against 3 000.
+                let rows = try await Self.mostRowsOfAnyNode(query, as: device, database: database)
+                #expect(rows <= 100, "a node produced \(rows) rows for a page of 21 after \(after)")
+                // The plan PostgreSQL keeps after five executions: the generic one, with the cursor unknown.
+                let generic = try await Self.mostRowsOfAnyNode(query, as: device, database: database, generic: true)
+                #expect(generic <= 100, "the generic plan produced \(generic) rows after \(after)")
             }
 
-            // The pages still hold every change once, in order (37 asked, 51 fetched: the extra rows trimmed).
+            // The pages hold every change once, in change order (40 asked, 51 fetched: the extra rows trimmed; 3 000
+            // changes make exactly 75 full pages, and the last one says there is no more).
+            let expected = try await database.asDevice(device) { tx in
+                try tx.finalQuery("""
+                    SELECT id, change_seq FROM poop_logs UNION ALL SELECT id, change_seq FROM poop_log_tombstones ORDER BY 2
+                    """).map { try $0.decode(0, as: UUID.self) }
+            }
+            #expect(expected.count == Self.history)
             var cursor: String? = nil
-            var upserts: [UUID] = []
-            var deletes: [UUID] = []
-            var pages = 0
-            while pages < 200 {
-                let page = try await sync.pull(cursor: cursor, limit: 37, as: device)
-                pages += 1
-                #expect(page.changes.count <= 37)
+            var pulled: [UUID] = []
+            var deletes: Set<UUID> = []
+            var pages: [SyncPage] = []
+            while pages.count < 200 {
+                let page = try await sync.pull(cursor: cursor, limit: 40, as: device)
+                pages.append(page)
                 for change in page.changes {
                     switch change {
-                    case .upsert(let log): upserts.append(log.id)
-                    case .delete(let id): deletes.append(id)
+                    case .upsert(let log): pulled.append(log.id)
+                    case .delete(let id): pulled.append(id); deletes.insert(id)
                     }
                 }
                 cursor = page.cursor
                 if !page.hasMore { break }
             }
-            #expect(upserts.count == Self.history - deleted.count)
-            #expect(Set(upserts).count == upserts.count)
-            #expect(Set(deletes) == Set(deleted))
-            #expect(pages == (Self.history + 36) / 37)
+            #expect(pulled == expected)
+            #expect(deletes == deleted)
+            #expect(pages.count == 75)
+            #expect(pages.allSatisfy { $0.changes.count == 40 })
         }
     }
 
@@ -125,14 +157,18 @@ struct QueryPlanTests {
             }
 
             // Paging still returns every log once, newest first, when more rows are fetched than asked (150 → 201).
+            // 3 000 logs make exactly 20 full pages: the last one has no next cursor.
             var seen: [PoopLog] = []
             var before: String? = nil
+            var pages = 0
             repeat {
                 let page = try await logs.list(before: before, limit: 150, as: device)
-                #expect(page.items.count <= 150)
+                #expect(page.items.count == 150)
                 seen += page.items
                 before = page.nextCursor
-            } while before != nil && seen.count <= Self.history
+                pages += 1
+            } while before != nil && pages <= 25
+            #expect(pages == 20)
             #expect(seen.count == Self.history)
             #expect(Set(seen.map(\.id)).count == Self.history)
             #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.occurredAt > $1.occurredAt })
@@ -149,6 +185,9 @@ struct QueryPlanTests {
             used.insert(fetch)
         }
         #expect(used.count == 6)
+        // Every page size the repositories accept (plus the one row that tells whether more follow) has its size.
+        #expect(PageFetch.sizes.last ?? 0 >= PoopLogRepository.pageSizes.upperBound + 1)
+        #expect(PageFetch.sizes.last ?? 0 >= SyncRepository.pageSizes.upperBound + 1)
         #expect(PageFetch.rows(atLeast: 21) == 21 && PageFetch.rows(atLeast: 51) == 51 && PageFetch.rows(atLeast: 22) == 51)
     }
 }

@@ -49,7 +49,7 @@ enum Scaling {
     static func plan(database: Database) async throws -> String {
         try await database.asDevice(Scenario.device(1)) { tx in
             try tx.finalQuery("""
-                EXPLAIN (COSTS OFF) SELECT id, occurred_at, bristol_type, notes, created_at, updated_at FROM poop_logs
+                EXPLAIN (COSTS OFF) SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs
                 ORDER BY occurred_at DESC, id DESC LIMIT 21
                 """).map { try $0.decode(0, as: String.self) }.joined(separator: "\n")
         }

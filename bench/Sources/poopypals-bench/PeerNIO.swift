@@ -60,12 +60,13 @@ struct NIOPeer: Sendable {
                     updated_at, change_seq AS version, false FROM poop_logs WHERE id = \(id) AND NOT EXISTS (SELECT FROM inserted)
                     """, logger: logger)
             case "sync pull (first page of 20)":
+                let after: Int64 = 0  // bound, as ours is
                 rows = try await conn.query("""
                     WITH device AS (SELECT purged_through_seq FROM devices), changes AS ((SELECT 'upsert'::text AS op, \
                     l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, \
-                    l.change_seq AS version FROM poop_logs l WHERE l.change_seq > 0 ORDER BY l.change_seq LIMIT 21) UNION ALL \
+                    l.change_seq AS version FROM poop_logs l WHERE l.change_seq > \(after) ORDER BY l.change_seq LIMIT 21) UNION ALL \
                     (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t \
-                    WHERE t.change_seq > 0 ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) \
+                    WHERE t.change_seq > \(after) ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) \
                     SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
                     """, logger: logger)
             case "sync push (one new log)":

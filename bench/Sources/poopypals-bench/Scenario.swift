@@ -92,8 +92,9 @@ struct Scenario: Sendable {
                 }),
             Scenario(
                 name: "sync pull (first page of 20)",
-                pgbenchScript: pipelined(devices, """
-                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.change_seq > 0 ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.change_seq > 0 ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
+                // The cursor is a parameter, as ours is (`:after` becomes `$n` under `-M prepared`).
+                pgbenchScript: "\\set after 0\n" + pipelined(devices, """
+                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
                     """),
                 ours: { repositories, n in _ = try await repositories.sync.pull(cursor: nil, limit: 20, as: device(n)) }),
             // Push is three round trips by nature (lock and read, then write, then commit): pgbench runs the same
