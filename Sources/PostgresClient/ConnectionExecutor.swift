@@ -75,16 +75,25 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
 
     private func append(_ item: Work) -> Bool {
         condition.lock()
-        defer { condition.unlock() }
         if stopping {
-            if threads == 0 { return false }
-            if case .job = item { return false }
+            var refused = threads == 0
+            if case .job = item { refused = true }
+            if refused {
+                condition.unlock()
+                return false
+            }
         }
         queue.append(item)
         if sleeping > signaled {
             signaled += 1
+            condition.unlock()
+            // Signalled after unlocking: a thread woken while this one still holds the lock would block on it at
+            // once, on a second core, and be woken again when it is released.
             condition.signal()
-        } else if threads < maxThreads && !stopping {
+            return true
+        }
+        defer { condition.unlock() }
+        if threads < maxThreads && !stopping {
             threads += 1
             let thread = Thread { [self] in
                 // Set from inside: on Linux a name given before start() is not applied to the OS thread.
