@@ -75,24 +75,25 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
 
     private func append(_ item: Work) -> Bool {
         condition.lock()
+        let (accepted, wake) = appendLocked(item)
+        condition.unlock()
+        // Signalled after unlocking: a thread woken while this one still holds the lock would block on it at once,
+        // on a second core, and be woken again when it is released.
+        if wake { condition.signal() }
+        return accepted
+    }
+
+    /// Under `condition`'s lock: queues `item` unless refused; `wake` when a sleeping thread is to be signalled.
+    private func appendLocked(_ item: Work) -> (accepted: Bool, wake: Bool) {
         if stopping {
-            var refused = threads == 0
-            if case .job = item { refused = true }
-            if refused {
-                condition.unlock()
-                return false
-            }
+            if threads == 0 { return (false, false) }
+            if case .job = item { return (false, false) }
         }
         queue.append(item)
         if sleeping > signaled {
             signaled += 1
-            condition.unlock()
-            // Signalled after unlocking: a thread woken while this one still holds the lock would block on it at
-            // once, on a second core, and be woken again when it is released.
-            condition.signal()
-            return true
+            return (true, true)
         }
-        defer { condition.unlock() }
         if threads < maxThreads && !stopping {
             threads += 1
             let thread = Thread { [self] in
@@ -103,7 +104,7 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
             }
             thread.start()
         }
-        return true
+        return (true, false)
     }
 
     private func serve() {

@@ -14,21 +14,8 @@ struct QueryPlanTests {
     private static func seed(_ db: TestDatabase, _ database: Database) async throws -> DeviceID {
         let device = try DeviceID(UUID())
         _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
-        try await db.withConnection { conn in
-            // Seeding only: the change trigger would renumber the device row once per log.
-            try conn.transaction { conn in
-                try conn.query("SELECT set_config('app.device_id', \(device.key.uuidString), true)")
-                try conn.executeScript("ALTER TABLE poop_logs DISABLE TRIGGER poop_logs_track_change_write")
-                try conn.query("""
-                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type, change_seq)
-                    SELECT \(device.key), timestamptz '2020-01-01' + n * interval '1 minute', 1 + n % 7, n
-                    FROM generate_series(1, \(history)) AS n
-                    """)
-                try conn.query("UPDATE devices SET change_seq = \(history)")
-                try conn.executeScript("ALTER TABLE poop_logs ENABLE TRIGGER poop_logs_track_change_write")
-            }
-            try conn.executeScript("ANALYZE poop_logs; ANALYZE poop_log_tombstones")
-        }
+        try await db.seedLogs(deviceKey: device.key, count: history)
+        try await db.withConnection { conn in try conn.executeScript("ANALYZE poop_logs; ANALYZE poop_log_tombstones") }
         return device
     }
 

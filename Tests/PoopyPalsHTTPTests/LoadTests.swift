@@ -217,21 +217,7 @@ struct LoadTests {
             }
             #expect(try await send("PUT", "/v1/device", json: "{}").0 == 201)
             let count = 100_000
-            try await db.withConnection { conn in
-                // Seeding only: the change trigger would renumber the device row 100 000 times in one transaction.
-                try conn.transaction { conn in
-                    try conn.query("SELECT set_config('app.device_id', \(device.deviceKey.uuidString), true)")
-                    try conn.executeScript("ALTER TABLE poop_logs DISABLE TRIGGER poop_logs_track_change_write")
-                    try conn.query("""
-                        INSERT INTO poop_logs (device_id, occurred_at, bristol_type, notes, change_seq)
-                        SELECT \(device.deviceKey), timestamptz '2020-01-01' + n * interval '1 minute', 1 + n % 7,
-                               'a note of ordinary length, number ' || n, n
-                        FROM generate_series(1, \(count)) AS n
-                        """)
-                    try conn.query("UPDATE devices SET change_seq = \(count)")
-                    try conn.executeScript("ALTER TABLE poop_logs ENABLE TRIGGER poop_logs_track_change_write")
-                }
-            }
+            try await db.seedLogs(deviceKey: device.deviceKey, count: count, notes: true)
             #expect(try await send("GET", "/v1/logs?limit=200").0 == 200)
             let before = try Self.memory(of: process.processIdentifier)
             let (status, body) = try await send("GET", "/v1/export")

@@ -89,9 +89,7 @@ struct Bench: AsyncParsableCommand {
         var scaling: [ScalingRow] = []
         for size in skipExtras ? [] : scalingRows + (tenMillion ? [10_000_000] : []) {
             let count = Scaling.devices(for: size, seeded: devices)
-            let seeding = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))
-            try await Scaling.seed(rows: size, devices: count, pool: seeding)
-            await seeding.close()
+            try await Scaling.seed(rows: size, devices: count, target: target)
             // Seeded on a session of its own and measured on fresh ones: the sessions that had seeded and measured
             // 1 M rows then measured 10 k rows at 5 000 ops/s, fresh ones at 6 700 (the first size's speed).
             let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 8))
@@ -124,11 +122,7 @@ struct Bench: AsyncParsableCommand {
         }
         // The HTTP runs compare with the scenarios' numbers: back to their data (20 logs per device), not the
         // last scaling size's 10 M rows.
-        if !skipExtras && !scaling.isEmpty {
-            let seeding = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))
-            try await Scaling.seed(rows: 20 * devices, devices: devices, pool: seeding)
-            await seeding.close()
-        }
+        if !skipExtras && !scaling.isEmpty { try await Scaling.seed(rows: 20 * devices, devices: devices, target: target) }
 
         var http: [HTTPRow] = []
         if let serverBinary, !skipExtras {

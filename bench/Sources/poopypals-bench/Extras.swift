@@ -17,6 +17,18 @@ enum Scaling {
     /// every size lists the same number of rows: equal work.
     static func devices(for rows: Int, seeded: Int) -> Int { max(1, min(seeded, rows / 21)) }
 
+    /// `seed(rows:devices:pool:)` on a session of its own, closed afterwards.
+    static func seed(rows: Int, devices: Int, target: ConnectionConfiguration) async throws {
+        let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))
+        do {
+            try await seed(rows: rows, devices: devices, pool: pool)
+        } catch {
+            await pool.close()
+            throw error
+        }
+        await pool.close()
+    }
+
     /// Seeds `rows` logs spread over the first `devices` devices (maintenance path: FORCE lifted inside the
     /// transaction).
     static func seed(rows: Int, devices: Int, pool: ConnectionPool) async throws {
