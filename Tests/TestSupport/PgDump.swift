@@ -7,14 +7,16 @@ public enum PgDump {
         ProcessInfo.processInfo.environment["POOPYPALS_TEST_SUPERUSER_URL"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
-    /// A pg_dump able to dump `serverMajor`: `POOPYPALS_TEST_PG_DUMP`, else the newest one of the project's
-    /// clusters and of the system's installations.
+    /// A pg_dump able to dump `serverMajor`: `POOPYPALS_TEST_PG_DUMP`, else the one beside the server binaries of
+    /// the cluster under test (`POOPYPALS_TEST_PG_BINDIR`, which `make test` sets from `scripts/db.sh bindir`:
+    /// the scripts alone know where a cluster's state lives, in the checkout or under /tmp when the `postgres`
+    /// user cannot enter it), else the newest of the system's installations (an external `DATABASE_URL`).
     public static func binary(forServerMajor serverMajor: Int) throws -> String {
-        if let path = ProcessInfo.processInfo.environment["POOPYPALS_TEST_PG_DUMP"], !path.isEmpty { return path }
+        let environment = ProcessInfo.processInfo.environment
+        if let path = environment["POOPYPALS_TEST_PG_DUMP"], !path.isEmpty { return path }
         var candidates: [(major: Int, path: String)] = []
-        var directories = [".pg/bindir", ".pg18/bindir"].compactMap {
-            try? String(contentsOf: TestProject.root.appendingPathComponent($0), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        var directories: [String] = []
+        if let bindir = environment["POOPYPALS_TEST_PG_BINDIR"], !bindir.isEmpty { directories.append(bindir) }
         let system = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         directories += system.map { "/usr/lib/postgresql/\($0)/bin" }
         for directory in directories {
@@ -27,7 +29,7 @@ public enum PgDump {
             }
         }
         guard let best = candidates.filter({ $0.major >= serverMajor }).max(by: { $0.major < $1.major }) else {
-            throw SetupError("no pg_dump for PostgreSQL \(serverMajor) (set POOPYPALS_TEST_PG_DUMP)")
+            throw SetupError("no pg_dump for PostgreSQL \(serverMajor) in \(directories) (set POOPYPALS_TEST_PG_BINDIR or POOPYPALS_TEST_PG_DUMP)")
         }
         return best.path
     }
