@@ -101,6 +101,8 @@ struct APIRoutes: Sendable {
         let id = try Self.logID(context)
         let body = try await JSONBody.read(request, context: context, allowed: ["occurredAt", "bristolType", "notes"],
                                            serverOwned: ["id", "deviceId", "createdAt", "updatedAt"])
+        try body.refuseNull("occurredAt")
+        try body.refuseNull("bristolType")
         var patch = PoopLogPatch(occurredAt: try body.timestamp("occurredAt"), bristolType: try body.int("bristolType"))
         if body.isNull("notes") { patch.notes = .clear } else if let notes = try body.string("notes") { patch.notes = notes.isEmpty ? .clear : .set(notes) }
         guard let log = try await logs.update(id, patch, as: device) else { throw APIError.notFound }

@@ -54,7 +54,15 @@ struct JSONBody {
         return media == "application/json" || (media.hasPrefix("application/") && media.hasSuffix("+json"))
     }
 
+    /// 2^53 - 1, the largest integer a double holds exactly (JavaScript's `Number.MAX_SAFE_INTEGER`).
+    static let largestExactInteger: Double = 9_007_199_254_740_991
+
     func isNull(_ key: String) -> Bool { object[key] == .null }
+
+    /// Refuses `null` for a field a PATCH may change but not clear.
+    func refuseNull(_ key: String) throws {
+        if isNull(key) { throw APIError.invalid(key, "cannot be null (every log has one)") }
+    }
 
     /// The raw value of `key`, for nested structures read by their own parser.
     func value(_ key: String) -> JSONValue? { object[key] }
@@ -88,7 +96,11 @@ struct JSONBody {
         switch object[key] {
         case nil, .null: return nil
         case .number(let value):
-            guard let int = Int(exactly: value) else { throw APIError.invalid(key, "must be an integer") }
+            // JSON numbers arrive as doubles: past 2^53 - 1 neighbouring integers share one double, so the value
+            // read might not be the value sent. openapi.yaml bounds every integer within this range.
+            guard abs(value) <= Self.largestExactInteger, let int = Int(exactly: value) else {
+                throw APIError.invalid(key, "must be an integer from -(2^53 - 1) to 2^53 - 1")
+            }
             return int
         default: throw APIError.invalid(key, "must be an integer")
         }

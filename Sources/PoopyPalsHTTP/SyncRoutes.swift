@@ -45,7 +45,10 @@ struct SyncRoutes: Sendable {
             do {
                 baseVersion = try operation.int("baseVersion").map(Int64.init)
             } catch {
-                throw APIError.invalid("\(prefix).baseVersion", "must be an integer")
+                throw APIError.invalid("\(prefix).baseVersion", "must be an integer from 0 to 2^53 - 1")
+            }
+            if let baseVersion, baseVersion < 0 {
+                throw APIError.invalid("\(prefix).baseVersion", "must be an integer from 0 to 2^53 - 1")
             }
             return .upsert(id: try field { try log.required("id", log.uuid) },
                            occurredAt: try field { try log.required("occurredAt", log.timestamp) },

@@ -81,6 +81,37 @@ struct RouteTests {
         }
     }
 
+    /// Nulls and integers as openapi.yaml states them (schemathesis found both once it reached the logic): a PATCH
+    /// cannot null a field every log has (it was taken as "unchanged"), an optional create id may be null (the server
+    /// picks one), and an integer past 2^53 - 1 is refused, since JSON numbers are read as doubles and would round.
+    @Test func nullsAndLargeIntegersAreWhatTheSpecSays() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let created = try await api.send("POST", "/v1/logs", device: device,
+                                             json: #"{"id":null,"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            #expect(created.status == 201)
+            let id = try #require(created.json?["id"] as? String)
+            for body in [#"{"bristolType":null}"#, #"{"occurredAt":null}"#, #"{"bristolType":null,"notes":"x"}"#] {
+                let reply = try await api.send("PATCH", "/v1/logs/\(id)", device: device, json: body)
+                #expect(reply.status == 400, "\(body)")
+                #expect(reply.errorCode == "invalid_field", "\(body)")
+            }
+            #expect(try await api.send("GET", "/v1/logs/\(id)", device: device).json?["notes"] is NSNull)
+            func push(_ baseVersion: String) async throws -> LiveAPI.Reply {
+                try await api.send("POST", "/v1/sync", device: device, json: """
+                    {"operations":[{"op":"upsert","baseVersion":\(baseVersion),"log":{"id":"\(UUID())","occurredAt":"2026-11-20T08:00:00Z","bristolType":4}}]}
+                    """)
+            }
+            #expect(try await push("9007199254740991").status == 409)  // the largest exact one: a version that does not match
+            for tooLarge in ["9007199254740993", "9223372036854775807", "1e300", "-1"] {
+                let reply = try await push(tooLarge)
+                #expect(reply.status == 400, "\(tooLarge)")
+                #expect(reply.text.contains("baseVersion"), "\(tooLarge)")
+            }
+        }
+    }
+
     @Test(arguments: [
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":9}"#, "bristolType"),
         (#"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":"4"}"#, "bristolType"),

@@ -23,6 +23,14 @@ struct UnitTests {
         #expect(UUIDText.parse(text) == nil)
     }
 
+    @Test(arguments: ["2000-+1-01", "2000-01-+1", "+200-01-01", "2000-1-01", "2000-01-1 ", " 2000-01-01", "2000-01-01T",
+                      "2000-02-30", "0000-01-01", "2000-00-01", "2000-01-00", "2000-13-01", "2000\u{2212}01-01", "\u{0661}000-01-01"])
+    func calendarDateRefusesAnythingButYYYYMMDD(_ text: String) {
+        // `Int("+1")` is 1: the parser took "2000-+1-01" as January (dateOfBirth accepted more than openapi.yaml says).
+        #expect(CalendarDate(text) == nil)
+        #expect(CalendarDate("2000-02-29") == CalendarDate(year: 2000, month: 2, day: 29))
+    }
+
     /// Integers, timestamps and UUIDs are read from libpq's bytes; what they return (or the failure they report)
     /// must be exactly what the String path gives.
     @Test func decodingFromBytesAgreesWithDecodingFromText() {
