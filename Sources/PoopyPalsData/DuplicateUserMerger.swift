@@ -2,9 +2,9 @@ import Foundation
 import Logging
 import PostgresClient
 
-/// Repairs fragmented accounts: for each normalised email with several users, keeps the canonical one
-/// (oldest `created_at`, then smallest id), points every reference at it, deletes the others, and
-/// normalises every email. One transaction; running it again finds nothing to do.
+/// Repairs fragmented accounts: for each email with several users under `Email`'s canonical form, keeps one
+/// (oldest `created_at`, then smallest id), points every reference at it, deletes the others, and stores every
+/// email in its canonical form. One transaction; running it again finds nothing to do.
 public struct DuplicateUserMerger: Sendable {
     public struct Group: Sendable, Encodable {
         public let email: String
@@ -56,13 +56,10 @@ public struct DuplicateUserMerger: Sendable {
         let usersForced = try conn.query("SELECT relforcerowsecurity FROM pg_class WHERE oid = 'users'::regclass")[0].decode(0, as: Bool.self)
         if usersForced { try conn.executeScript("ALTER TABLE users NO FORCE ROW LEVEL SECURITY") }
         defer { if usersForced, conn.transactionState == .inTransaction { _ = try? conn.executeScript("ALTER TABLE users FORCE ROW LEVEL SECURITY") } }
-        let groups = try conn.query("""
-            SELECT lower(regexp_replace(email, '^[[:space:]]+|[[:space:]]+$', '', 'g')) AS email,
-                   array_agg(id::text ORDER BY (to_jsonb(u) ->> 'created_at')::timestamptz ASC NULLS LAST, id) AS ids
-            FROM users u GROUP BY lower(regexp_replace(email, '^[[:space:]]+|[[:space:]]+$', '', 'g')) HAVING count(*) > 1 ORDER BY 1
-            """).map { row -> Group in
-            let ids = try Self.uuids(row.decode("ids", as: String.self))
-            return Group(email: try row.decode("email"), canonical: ids[0], merged: Array(ids.dropFirst()))
+        // Grouped by the canonical form (`DuplicateEmails`, the monitor's own grouping); the oldest row is kept.
+        let stored = try DuplicateEmails.storedUsers(conn)
+        let groups = DuplicateEmails.duplicateGroups(stored).map { key, users in
+            Group(email: key, canonical: users[0].id, merged: users.dropFirst().map(\.id))
         }
 
         // Every foreign key that references users, found in the catalog.
@@ -106,15 +103,30 @@ public struct DuplicateUserMerger: Sendable {
                 "merged": "\(group.merged.count)",
             ])
         }
-        let normalized = try conn.execute("UPDATE users SET email = lower(regexp_replace(email, '^[[:space:]]+|[[:space:]]+$', '', 'g')) WHERE email <> lower(regexp_replace(email, '^[[:space:]]+|[[:space:]]+$', '', 'g'))")
-        // Once every email is normalised, the check added NOT VALID (for legacy data) can be validated.
+        // Every remaining email in its canonical form; one that is no address at all is trimmed and lower-cased.
+        let merged = Set(groups.flatMap(\.merged))
+        var normalized = 0
+        for user in stored where !merged.contains(user.id) {
+            let key = DuplicateEmails.key(user.email)
+            // Compared as bytes: Swift's == holds canonically equivalent strings equal (decomposed á == á).
+            if !key.utf8.elementsEqual(user.email.utf8) {
+                normalized += try conn.execute("UPDATE users SET email = \(key) WHERE id = \(user.id)")
+            }
+        }
+        // Once every email is normalised, the checks added NOT VALID (for legacy data) can be validated.
         try conn.executeScript("""
             DO $$
+            DECLARE
+                name text;
             BEGIN
-                IF EXISTS (SELECT FROM pg_constraint WHERE conname = 'users_email_normalized'
-                           AND conrelid = 'users'::regclass AND NOT convalidated) THEN
-                    ALTER TABLE users VALIDATE CONSTRAINT users_email_normalized;
-                END IF;
+                FOR name IN SELECT conname FROM pg_constraint WHERE conrelid = 'users'::regclass AND NOT convalidated
+                            AND conname IN ('users_email_normalized', 'users_email_canonical') LOOP
+                    BEGIN
+                        EXECUTE format('ALTER TABLE users VALIDATE CONSTRAINT %I', name);
+                    EXCEPTION WHEN check_violation THEN
+                        NULL;  -- a row that is no address at all: the check stays NOT VALID, new rows still checked
+                    END;
+                END LOOP;
             END
             $$
             """)

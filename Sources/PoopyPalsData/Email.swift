@@ -1,11 +1,31 @@
 import Foundation
 
-/// An email address, normalised (trimmed, lower-cased) before it is checked or stored, so that
-/// `Chris@Example.com ` and `chris@example.com` are one user.
+/// An email address in its one canonical form: what is stored in `users.email` (sql/0012 checks what SQL can), what
+/// the unique constraint compares, and what the monitor and the merge group by. It is defined here only.
+///
+/// Standards, and why each:
+/// - UAX #15 normalisation to NFKC: canonically equivalent spellings (á precomposed, or a + U+0301, which keyboards
+///   and platforms choose between) and compatibility-equivalent ones (fullwidth ａ, the ligature ﬁ, the Kelvin sign,
+///   the Ångström sign) are one address, as a person reads them.
+/// - Unicode default case folding, not lower-casing alone (ß and ss are one address), then NFKC again: UAX #31's
+///   NFKC_Casefold, except that default-ignorable code points are refused, not removed (below).
+/// - UTS #46 / IDNA 2008 for the domain: every label that is not ASCII becomes its A-label (`xn--` + Punycode,
+///   RFC 3492), so `exämple.com` and `xn--exmple-cua.com` are one domain; an `xn--` label given as such must decode,
+///   and is stored as the A-label of its canonical U-label.
+/// - RFC 6530/6531 (internationalised email): the local part keeps its Unicode. Folding its case is our policy:
+///   RFC 5321 lets a server treat case as significant, no provider a person uses does, and one person must not
+///   become two users.
+/// Refused with a clear error, never silently dropped: control characters (a trailing newline included), format
+/// and other default-ignorable code points (zero-width space and joiner, bidi controls: invisible, so two different
+/// addresses would look the same), unassigned, private-use and noncharacter code points, and spaces other than
+/// surrounding ASCII ones. Letters of different scripts that look alike (Cyrillic а, Latin a) stay different
+/// addresses: every standard above keeps them apart, and they can be different mailboxes.
 public struct Email: Sendable, Hashable, CustomStringConvertible {
+    /// The canonical form (the name predates the Unicode rules).
     public let normalized: String
 
-    /// - Throws: `InvalidField("email", …)` for an empty value or one that is not an address.
+    /// - Throws: `InvalidField("email", …)` for an empty value, one that is not an address, or one that holds a
+    ///   character listed above as refused.
     public init(_ raw: String) throws(InvalidField) {
         // Checked on every profile request: an ASCII address (nearly all of them) is checked on its bytes, which
         // the profile measured at a fifth of a request's client CPU when done with Foundation's string functions.
@@ -17,16 +37,119 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The canonical form under which a value already stored (perhaps before these rules) counts as the same
+    /// person: surrounding whitespace, control and default-ignorable characters are dropped first, as UTS #46
+    /// maps ignorables to nothing. Nil when it is still not an address. For grouping and repairing old rows only:
+    /// new input with such characters is refused (`init`).
+    public static func comparisonKey(forStored stored: String) -> String? {
+        let kept = stored.unicodeScalars.filter { scalar in
+            scalar == " " || !(scalar.properties.isDefaultIgnorableCodePoint || scalar.properties.generalCategory == .control
+                               || scalar.properties.generalCategory == .format)
+        }
+        return try? Email(String(String.UnicodeScalarView(kept)).trimmingCharacters(in: .whitespacesAndNewlines)).normalized
+    }
+
+    static let invisible = InvalidField("email", "contains an invisible, control or unassigned character")
+    static let notAnAddress = InvalidField("email", "is not an email address")
+
+    /// Whether `scalar` may appear in an address at all (before mapping).
+    static func isAllowed(_ scalar: Unicode.Scalar) -> Bool {
+        if scalar == " " { return true }  // refused inside an address by the structure check, with its own message
+        let properties = scalar.properties
+        if properties.isDefaultIgnorableCodePoint || properties.isNoncharacterCodePoint { return false }
+        switch properties.generalCategory {
+        case .control, .format, .unassigned, .privateUse, .surrogate, .lineSeparator, .paragraphSeparator, .spaceSeparator:
+            return false
+        default:
+            return true
+        }
+    }
+
+    /// Unicode default full case folding (CaseFolding.txt, statuses C and F) from the standard library's case
+    /// mappings, which is all it offers (no folding function): lower-case, upper-case, lower-case. That is folding
+    /// everywhere but in two places, kept as folding has them: dotless ı is a letter of its own (upper-casing would
+    /// make it I, then i), and Cherokee folds to its capitals. A test holds known folds.
+    static func caseFolded(_ text: String) -> String {
+        var folded = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if scalar.isASCII {
+                folded.append((0x41...0x5A).contains(scalar.value) ? Unicode.Scalar(UInt8(scalar.value) | 0x20) : scalar)
+                continue
+            }
+            if scalar == "\u{131}" {
+                folded.append(scalar)
+                continue
+            }
+            // Lower-casing first takes ẞ to ß, which upper-cases to SS; String's mappings are the full ones
+            // (Unicode.Scalar.Properties.uppercaseMapping gave ß for ß here).
+            for upper in String(scalar).lowercased().uppercased().unicodeScalars {
+                if (0x13A0...0x13F5).contains(upper.value) {
+                    folded.append(upper)  // Cherokee: the capital is the folded form
+                } else {
+                    folded.append(contentsOf: String(upper).lowercased().unicodeScalars)
+                }
+            }
+        }
+        return String(folded)
+    }
+
+    /// NFKC, case folding, NFKC: the mapping of the local part and of each domain label.
+    static func mapped(_ text: String) -> String {
+        caseFolded(text.precomposedStringWithCompatibilityMapping).precomposedStringWithCompatibilityMapping
+    }
+
+    /// Only surrounding ASCII spaces are taken away; any other space, tab or newline makes the value invalid.
+    static func trimmedSpaces(_ raw: String) -> Substring {
+        let scalars = raw.unicodeScalars
+        guard let first = scalars.firstIndex(where: { $0 != " " }), let last = scalars.lastIndex(where: { $0 != " " }) else {
+            return ""
+        }
+        return Substring(scalars[first...last])
+    }
+
     static func normalizedUnicode(_ raw: String) throws(InvalidField) -> String {
-        let value = raw.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
-        guard !value.isEmpty else { throw InvalidField("email", "is empty") }
+        let trimmed = trimmedSpaces(raw)
+        guard !trimmed.isEmpty else { throw InvalidField("email", "is empty") }
+        guard trimmed.unicodeScalars.allSatisfy(isAllowed) else { throw invisible }
+        // Ideographic full stops are label separators in UTS #46; NFKC leaves U+3002 as it is.
+        let value = mapped(String(trimmed)).replacingOccurrences(of: "\u{3002}", with: ".")
+        guard value.unicodeScalars.allSatisfy(isAllowed) else { throw invisible }
         guard value.unicodeScalars.count <= 254 else { throw InvalidField("email", "is longer than 254 characters") }
         let parts = value.split(separator: "@", omittingEmptySubsequences: false)
         guard parts.count == 2, !parts[0].isEmpty, parts[0].count <= 64,
               parts[1].contains("."), !parts[1].hasPrefix("."), !parts[1].hasSuffix("."), !parts[1].contains(".."),
               !value.contains(where: { $0.isWhitespace || $0 == "\u{0}" || $0.isNewline || $0 == "\"" || $0 == "," })
-        else { throw InvalidField("email", "is not an email address") }
-        return value
+        else { throw notAnAddress }
+        let domain = try parts[1].split(separator: ".").map { label throws(InvalidField) in try aLabel(label) }.joined(separator: ".")
+        guard domain.utf8.count <= 253 else { throw InvalidField("email", "has a domain longer than 253 characters") }
+        let address = parts[0] + "@" + domain
+        guard address.unicodeScalars.count <= 254 else { throw InvalidField("email", "is longer than 254 characters") }
+        return address
+    }
+
+    /// The A-label of one mapped domain label: ASCII stays, an `xn--` label is decoded and re-encoded from its
+    /// canonical U-label, anything else is encoded.
+    static func aLabel(_ label: Substring) throws(InvalidField) -> String {
+        let invalid = InvalidField("email", "has a domain name that is not valid IDNA")
+        var scalars = Array(label.unicodeScalars)
+        if scalars.allSatisfy(\.isASCII) {
+            guard label.hasPrefix("xn--") else {
+                guard label.utf8.count <= 63 else { throw InvalidField("email", "has a domain label longer than 63 characters") }
+                return String(label)
+            }
+            guard let decoded = Punycode.decode(String(label.dropFirst(4))), !decoded.allSatisfy(\.isASCII),
+                  decoded.allSatisfy(isAllowed)
+            else { throw invalid }
+            scalars = Array(mapped(String(String.UnicodeScalarView(decoded))).unicodeScalars)
+        }
+        // Letters, marks, digits and hyphens: what IDNA 2008 lets a label hold, near enough for a key.
+        guard scalars.allSatisfy({ scalar in
+            scalar == "-" || scalar.properties.isAlphabetic || scalar.properties.generalCategory == .decimalNumber
+                || scalar.properties.generalCategory == .nonspacingMark || scalar.properties.generalCategory == .spacingMark
+        }), let encoded = Punycode.encode(scalars) else { throw invalid }
+        let result = scalars.allSatisfy(\.isASCII) ? String(String.UnicodeScalarView(scalars)) : "xn--" + encoded
+        guard result.utf8.count <= 63 else { throw InvalidField("email", "has a domain label longer than 63 characters") }
+        return result
     }
 
     enum ASCIICheck {
@@ -35,24 +158,25 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         case notASCII
     }
 
-    /// `normalizedUnicode` for an all-ASCII value, on its UTF-8 bytes. In ASCII, what Foundation trims and what
-    /// `Character.isWhitespace`/`isNewline` match are the same six bytes (tab, LF, VT, FF, CR, space).
+    /// `normalizedUnicode` for an all-ASCII value without A-labels, on its UTF-8 bytes: there NFKC and case folding
+    /// are ASCII lower-casing, and the only allowed character the structure check refuses is the space.
     static func checkASCII(_ raw: String) -> ASCIICheck {
         var raw = raw
         return raw.withUTF8 { bytes -> ASCIICheck in
             for byte in bytes where byte >= 0x80 { return .notASCII }
-            func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09...0x0D).contains(byte) }
+            // Only surrounding spaces are trimmed; a tab or newline anywhere is a control character.
             var start = 0
             var end = bytes.count
-            while start < end, isSpace(bytes[start]) { start += 1 }
-            while end > start, isSpace(bytes[end - 1]) { end -= 1 }
-            let invalid = ASCIICheck.failed(InvalidField("email", "is not an email address"))
+            while start < end, bytes[start] == 0x20 { start += 1 }
+            while end > start, bytes[end - 1] == 0x20 { end -= 1 }
+            let invalid = ASCIICheck.failed(Email.notAnAddress)
             guard end > start else { return .failed(InvalidField("email", "is empty")) }
+            for index in start..<end where bytes[index] < 0x20 || bytes[index] == 0x7F { return .failed(Email.invisible) }
             guard end - start <= 254 else { return .failed(InvalidField("email", "is longer than 254 characters")) }
             var at: Int?
             for index in start..<end {
                 let byte = bytes[index]
-                if isSpace(byte) || byte == 0 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: ",") { return invalid }
+                if byte == 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: ",") { return invalid }
                 if byte == UInt8(ascii: "@") {
                     if at != nil { return invalid }
                     at = index
@@ -66,6 +190,16 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
                 dot = true
             }
             guard dot else { return invalid }
+            // Domain labels: an A-label (`xn--…`) is decoded by the general path; others are at most 63 bytes.
+            var labelStart = at + 1
+            for index in (at + 1)...end where index == end || bytes[index] == UInt8(ascii: ".") {
+                if index - labelStart >= 4, bytes[labelStart] | 0x20 == UInt8(ascii: "x"), bytes[labelStart + 1] | 0x20 == UInt8(ascii: "n"),
+                   bytes[labelStart + 2] == UInt8(ascii: "-"), bytes[labelStart + 3] == UInt8(ascii: "-") {
+                    return .notASCII
+                }
+                if index - labelStart > 63 { return .failed(InvalidField("email", "has a domain label longer than 63 characters")) }
+                labelStart = index + 1
+            }
             let count = end - start
             return .valid(String(unsafeUninitializedCapacity: count) { out in
                 for offset in 0..<count {

@@ -48,8 +48,17 @@ public struct Migrator: Sendable {
             guard !groups.isEmpty else { return nil }
             let users = groups.reduce(0) { $0 + $1.users }
             return "\(groups.count) email\(groups.count == 1 ? " is" : "s are") shared by \(users) users "
-                + "(exactly, or differing only in letter case or spaces). Merge them first with "
+                + "(exactly, or differing only in letter case, spaces or Unicode form). Merge them first with "
                 + "`poopypals users merge-duplicates` (preview with --dry-run), then run migrate again."
+        },
+        "canonical-emails": { connection in
+            guard try connection.query("SELECT to_regclass('users') IS NOT NULL")[0].decode(0, as: Bool.self) else { return nil }
+            let count = try DuplicateEmails.nonCanonicalCount(on: connection)
+            guard count > 0 else { return nil }
+            return "\(count) stored email\(count == 1 ? " is" : "s are") not in the canonical form (Unicode NFKC, case "
+                + "folding, IDNA domain, no invisible characters); the new check would then refuse any later update of "
+                + "\(count == 1 ? "that user" : "those users"). Rewrite them with `poopypals users merge-duplicates` "
+                + "(preview with --dry-run), then run migrate again."
         },
     ]
 

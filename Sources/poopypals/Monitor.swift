@@ -26,7 +26,7 @@ extension Monitor {
         @Flag(help: "Show emails in full (default: redacted, c***@example.com, since cron output ends up in logs).")
         var unredacted = false
 
-        @Flag(help: "Print the SQL this check runs, and exit.")
+        @Flag(help: "Print the SQL that reads the rows (they are grouped by the canonical email form in Swift), and exit.")
         var showSQL = false
 
         func run() throws {

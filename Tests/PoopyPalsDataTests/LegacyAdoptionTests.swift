@@ -104,6 +104,84 @@ struct LegacyAdoptionTests {
         }
     }
 
+    /// Issue: over Unicode variants of one address stored before sql/0012, the monitor said "No duplicate emails."
+    /// Seeded under the schema before it (migrate --target 11), as the service could then store them.
+    @Test func unicodeVariantsStoredBeforeTheCanonicalFormAreFoundRefusedMergedAndMigrated() async throws {
+        try await TestDatabase.with { db in
+            let url = ["--database-url", db.url]
+            let before = try await TestProject.run(["migrate", "--target", "11"] + url + Self.sql)
+            #expect(before.status == 0, "stderr: \(before.stderr)")
+            let emails = ["ann@example.com", "ann\u{200B}@example.com", "ann@example.com\u{200D}", "\u{FF41}nn@example.com",
+                          "\u{E1}nn@example.com", "a\u{301}nn@example.com", "fi@example.com", "\u{FB01}@example.com",
+                          "ann@ex\u{E4}mple.com", "ann@xn--exmple-cua.com", "\u{430}nn@example.com"]
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    for email in emails { try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), \(email))") }
+                }
+            }
+
+            let json = try await TestProject.run(["monitor", "duplicate-emails", "--json", "--unredacted"] + url)
+            #expect(json.status == 1, "stderr: \(json.stderr)")
+            let document = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+            #expect(document?["groups"] as? Int == 4)
+            #expect(document?["affectedUsers"] as? Int == 10)
+            let groups = Dictionary(uniqueKeysWithValues: ((document?["duplicates"] as? [[String: Any]]) ?? []).map {
+                ($0["email"] as? String ?? "", $0["users"] as? Int ?? 0)
+            })
+            #expect(groups == ["ann@example.com": 4, "\u{E1}nn@example.com": 2, "fi@example.com": 2, "ann@xn--exmple-cua.com": 2])
+
+            let refused = try await TestProject.run(["migrate"] + url + Self.sql)
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("4 emails are shared by 10 users"), "\(refused.stderr)")
+            #expect(try await Self.int(db, "SELECT max(version)::int FROM schema_migrations") == 11)
+
+            let dryRun = try await TestProject.run(["users", "merge-duplicates", "--dry-run"] + url)
+            #expect(dryRun.stdout.contains("Would merge 4 groups: 6 users merged"), "\(dryRun.stdout)")
+            let merge = try await TestProject.run(["users", "merge-duplicates"] + url)
+            #expect(merge.stdout.contains("Merged 4 groups: 6 users merged"), "\(merge.stdout) \(merge.stderr)")
+            let migrated = try await TestProject.run(["migrate"] + url + Self.sql)
+            #expect(migrated.status == 0, "stderr: \(migrated.stderr)")
+            #expect(try await Self.bool(db, "SELECT convalidated FROM pg_constraint WHERE conname = 'users_email_canonical'"),
+                    "\(migrated.stdout) \(migrated.stderr)")
+            let stored = try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    return try conn.query("SELECT email FROM users ORDER BY 1").map { try $0.decode(0, as: String.self) }
+                }
+            }
+            // As bytes: Swift's == would take the decomposed á for the precomposed one.
+            #expect(Set(stored.map { Array($0.utf8) }) == Set(["ann@example.com", "ann@xn--exmple-cua.com", "fi@example.com", "\u{E1}nn@example.com",
+                                                               "\u{430}nn@example.com"].map { Array($0.utf8) }))
+            #expect(stored.count == 5)
+            let clear = try await TestProject.run(["monitor", "duplicate-emails"] + url)
+            #expect(clear.status == 0 && clear.stdout.contains("No duplicate emails."), "\(clear.stdout)")
+        }
+    }
+
+    /// A lone legacy email that is not canonical (no duplicate) would make the new check refuse any later update of
+    /// its user (a 500 on PUT /v1/profile): sql/0012 refuses until merge-duplicates has rewritten it.
+    @Test func aLoneNonCanonicalEmailIsRewrittenBeforeTheCanonicalCheck() async throws {
+        try await TestDatabase.with { db in
+            let url = ["--database-url", db.url]
+            #expect(try await TestProject.run(["migrate", "--target", "11"] + url + Self.sql).status == 0)
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), 'b\u{FF4F}b@b\u{FC}cher.example')")
+                }
+            }
+            let refused = try await TestProject.run(["migrate"] + url + Self.sql)
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("1 stored email is not in the canonical form"), "\(refused.stderr)")
+            let merge = try await TestProject.run(["users", "merge-duplicates"] + url)
+            #expect(merge.stdout.contains("1 email normalised"), "\(merge.stdout) \(merge.stderr)")
+            let migrated = try await TestProject.run(["migrate"] + url + Self.sql)
+            #expect(migrated.status == 0, "stderr: \(migrated.stderr)")
+            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'bob@xn--bcher-kva.example'", as: "poopypals_profiles") == 1)
+        }
+    }
+
     @Test func anInvalidIndexLeftByAFailedConcurrentBuildIsDroppedAndRebuilt() async throws {
         try await TestDatabase.with { db in
             let files = try [

@@ -47,7 +47,7 @@ struct UserRepositoryTests {
             // that takes longer than the default 10 s wait for a connection, and waiting is not what is tested.
             let database = Database(pool: db.pool(size: 8, acquireTimeout: .seconds(120)))
             let users = UserRepository(database: database)
-            let spellings = ["sam@example.com", "SAM@example.com", " Sam@Example.com", "sam@EXAMPLE.COM\t", "\nsAm@example.com "]
+            let spellings = ["sam@example.com", "SAM@example.com", " Sam@Example.com", "sam@EXAMPLE.COM  ", "  sAm@example.com "]
             var devices: [DeviceID] = []
             for _ in 0..<20 { devices.append(try await Self.device(database)) }
             let subject = UUID()
@@ -77,11 +77,16 @@ struct UserRepositoryTests {
             _ = try await users.ensureProfile(as: owner, id: UUID(), email: "victim@example.com", fullName: .set("Victim"),
                                               dateOfBirth: .set(CalendarDate(year: 1990, month: 1, day: 2)!))
             let attacker = try await Self.device(database)
-            for spelling in ["victim@example.com", " VICTIM@example.com", "Victim@Example.COM\n"] {
+            for spelling in ["victim@example.com", " VICTIM@example.com", "Victim@Example.COM "] {
                 await #expect(throws: RepositoryError.emailInUse) {
                     try await users.ensureProfile(as: attacker, id: UUID(), email: spelling)
                 }
             }
+            // A control character is no longer trimmed away (a token email with a trailing newline was taken): refused.
+            let newline = await #expect(throws: InvalidField.self) {
+                try await users.ensureProfile(as: attacker, id: UUID(), email: "victim@example.com\n")
+            }
+            #expect(newline?.field == "email")
             // Nothing linked, nothing readable.
             let visible = try await database.asDevice(attacker) { tx in try tx.finalQuery("SELECT count(*) FROM users")[0].decode(0, as: Int.self) }
             #expect(visible == 0)
@@ -277,8 +282,11 @@ struct UserRepositoryTests {
 
     @Test func theDatabaseItselfRefusesNonNormalisedEmailsAndRoleChangesByTheService() async throws {
         try await TestDatabase.withMigrated { db in
-            for (email, constraint) in [("Chris@Example.com", "users_email_normalized"), ("x@y.com\t", "users_email_no_space"),
-                                        ("a\u{0B}b@example.com", "users_email_no_space")] {
+            // Constraints are checked in name order: users_email_canonical (sql/0012) now catches spaces first.
+            for (email, constraint) in [("Chris@Example.com", "users_email_normalized"), ("x@y.com\t", "users_email_canonical"),
+                                        ("a\u{0B}b@example.com", "users_email_canonical"), ("ann\u{200B}@example.com", "users_email_canonical"),
+                                        ("a\u{301}nn@example.com", "users_email_canonical"), ("ann@ex\u{E4}mple.com", "users_email_canonical"),
+                                        ("\u{FB01}@example.com", "users_email_canonical")] {
                 let check = await #expect(throws: PostgresError.self) {
                     try await db.withConnection { conn in
                         try conn.transaction { conn in

@@ -98,6 +98,38 @@ struct AuthAndProfileTests {
         }
     }
 
+    /// Issue: each variant below made a users row of its own beside the first profile (sixteen rows in all). Each is
+    /// now a 409 against the profile of its canonical form, and a token email with an invisible or control
+    /// character is a 401: never a new row.
+    @Test func unicodeVariantsOfAnEmailNeverMakeASecondUser() async throws {
+        try await TestDatabase.withAPI { api, db in
+            func put(_ email: String) async throws -> LiveAPI.Reply {
+                let device = UUID()
+                _ = try await api.send("PUT", "/v1/device", device: device)
+                return try await api.send("PUT", "/v1/profile", device: device, token: try await api.token(email: email))
+            }
+            let firsts = ["ann@example.com", "\u{E1}nn@example.com", "fi@example.com", "ann@ex\u{E4}mple.com"]
+            for first in firsts {
+                #expect(try await put(first).status == 200, "\(first)")
+            }
+            for variant in ["Ann@Example.COM", " ann@example.com ", "a\u{301}nn@example.com", "\u{FF41}nn@example.com",
+                            "\u{FB01}@example.com", "ann@xn--exmple-cua.com", "ANN@EX\u{C4}MPLE.COM"] {
+                let reply = try await put(variant)
+                #expect(reply.status == 409, "\(variant.debugDescription)")
+                #expect(reply.errorCode == "email_in_use", "\(variant.debugDescription)")
+            }
+            for refused in ["ann\u{200B}@example.com", "ann@example.com\u{200D}", "ann@example.com\n"] {
+                let reply = try await put(refused)
+                #expect(reply.status == 401, "\(refused.debugDescription)")
+                #expect(reply.errorCode == "invalid_token", "\(refused.debugDescription)")
+            }
+            // As bytes (Swift's == takes canonically equivalent strings as equal): each stored in its canonical form.
+            #expect(Set(try await Self.users(db).map { Array($0.utf8) })
+                    == Set(["ann@example.com", "ann@xn--exmple-cua.com", "fi@example.com", "\u{E1}nn@example.com"].map { Array($0.utf8) }))
+            #expect(try await Self.users(db).count == 4)
+        }
+    }
+
     @Test func aProfileIsCreatedThenUpdatedFieldByField() async throws {
         try await TestDatabase.withAPI { api, _ in
             let device = UUID()

@@ -1,0 +1,87 @@
+import Foundation
+@testable import PoopyPalsData
+import Testing
+
+/// One person, one profile, whatever Unicode form their email arrives in (Email.swift holds the rules and the
+/// standards they come from). Before, each variant below made a users row of its own beside ann@example.com.
+@Suite("Emails: one canonical form")
+struct CanonicalEmailTests {
+    @Test(arguments: [
+        (" Ann@Example.COM ", "ann@example.com"),
+        ("\u{E1}nn@example.com", "\u{E1}nn@example.com"),        // á precomposed
+        ("a\u{301}nn@example.com", "\u{E1}nn@example.com"),       // a + combining acute: canonically equivalent
+        ("\u{FF41}nn@example.com", "ann@example.com"),            // fullwidth a: compatibility-equivalent
+        ("\u{FB01}@example.com", "fi@example.com"),               // the ligature ﬁ
+        ("ann@ex\u{E4}mple.com", "ann@xn--exmple-cua.com"),       // a Unicode domain label …
+        ("ann@xn--exmple-cua.com", "ann@xn--exmple-cua.com"),     // … and its A-label are one domain
+        ("ann@XN--EXMPLE-CUA.COM", "ann@xn--exmple-cua.com"),
+        ("ann@EX\u{C4}MPLE.com", "ann@xn--exmple-cua.com"),
+        ("ann@b\u{FC}cher.example", "ann@xn--bcher-kva.example"), // RFC 3492's own example
+        ("\u{212A}ate@example.com", "kate@example.com"),          // KELVIN SIGN
+        ("\u{212B}sa@example.com", "\u{E5}sa@example.com"),       // ANGSTROM SIGN
+        ("Stra\u{DF}e@example.com", "strasse@example.com"),       // ß folds to ss: folding, not lower-casing
+        ("ann@example\u{3002}com", "ann@example.com"),            // ideographic full stop separates labels
+        ("ann@example\u{FF0E}com", "ann@example.com"),            // fullwidth full stop
+    ])
+    func variantsOfOneAddressHaveOneCanonicalForm(_ raw: String, _ canonical: String) throws {
+        #expect(try Email(raw).normalized == canonical)
+        #expect(try Email(canonical).normalized == canonical)  // the form is a fixed point
+    }
+
+    /// Different letters that look alike are different addresses: no standard maps them together, and they can
+    /// be different mailboxes. Turkish dotless ı is its own letter under case folding; İ folds to i + U+0307.
+    @Test func lookAlikeLettersStayDifferentAddresses() throws {
+        let forms = try ["ann@example.com", "\u{430}nn@example.com", "irem@example.com", "\u{131}rem@example.com",
+                         "\u{130}rem@example.com"].map { try Email($0).normalized }
+        #expect(Set(forms).count == forms.count)
+        #expect(forms[1] == "\u{430}nn@example.com")  // Cyrillic а kept
+        #expect(forms[4] == "i\u{307}rem@example.com")
+        #expect(try Email("IREM@example.com").normalized == "irem@example.com")
+    }
+
+    @Test(arguments: [
+        "ann\u{200B}@example.com", "ann@example.com\u{200D}", "ann@example.com\n", "ann@example.com\t", "\tann@example.com",
+        "ann@exa\r\nmple.com", "\u{202E}ann@example.com", "ann\u{AD}@example.com", "ann\u{FEFF}@example.com",
+        "ann@example.com\u{0}", "ann\u{E000}@example.com", "ann@ex\u{378}ample.com", "ann\u{3000}@example.com",
+        "ann\u{A0}@example.com", "ann@example.com\u{2028}", "a\u{7F}nn@example.com", "ann\u{1F}@example.com",
+        "ann@xn--.com", "ann@xn--a.com", "ann@xn--exmple-cu!.com", "ann@ex_\u{E4}mple.com",
+    ])
+    func invisibleControlAndInvalidCharactersAreRefused(_ raw: String) {
+        let error = #expect(throws: InvalidField.self) { try Email(raw) }
+        #expect(error?.field == "email")
+    }
+
+    /// Spot checks against CaseFolding.txt (full folding, status C + F).
+    @Test func caseFoldingAgreesWithUnicode() {
+        let folds: [(String, String)] = [
+            ("ABC", "abc"), ("\u{DF}", "ss"), ("\u{1E9E}", "ss"), ("\u{3C2}", "\u{3C3}"), ("\u{17F}", "s"),
+            ("\u{130}", "i\u{307}"), ("\u{131}", "\u{131}"), ("\u{1F88}", "\u{1F00}\u{3B9}"), ("\u{13A0}", "\u{13A0}"),
+            ("\u{AB70}", "\u{13A0}"), ("\u{1C5}", "\u{1C6}"), ("\u{3D0}", "\u{3B2}"), ("\u{212A}", "k"), ("\u{149}", "\u{2BC}n"),
+        ]
+        for (text, folded) in folds {
+            #expect(Email.caseFolded(text) == folded, "\(text.debugDescription)")
+        }
+    }
+
+    @Test func punycodeRoundTripsAndRefusesGarbage() {
+        let samples: [(String, String)] = [("b\u{FC}cher", "bcher-kva"), ("m\u{FC}nchen", "mnchen-3ya"), ("ex\u{E4}mple", "exmple-cua"),
+                                           ("\u{4ED6}\u{4EEC}\u{4E3A}\u{4EC0}\u{4E48}\u{4E0D}\u{8BF4}\u{4E2D}\u{6587}", "ihqwcrb4cv8a8dqg056pqjye")]
+        for (unicode, puny) in samples {
+            #expect(Punycode.encode(Array(unicode.unicodeScalars)) == puny)
+            #expect(Punycode.decode(puny).map { String(String.UnicodeScalarView($0)) } == unicode)
+        }
+        for garbage in ["!", "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", "a-\u{E9}", "99999999999"] {
+            let decoded = Punycode.decode(garbage)
+            #expect(decoded == nil || decoded.map { Punycode.encode($0) } != garbage, "\(garbage)")
+        }
+    }
+
+    /// What the monitor and the merge group stored rows by: invisible characters written before these rules
+    /// are dropped, so such a row falls in with the address it imitates.
+    @Test func storedRowsAreGroupedUnderTheirCanonicalForm() {
+        #expect(Email.comparisonKey(forStored: "ann\u{200B}@example.com") == "ann@example.com")
+        #expect(Email.comparisonKey(forStored: "ann@example.com\u{200D}\n") == "ann@example.com")
+        #expect(Email.comparisonKey(forStored: "not an address") == nil)
+        #expect(DuplicateEmails.key(" Not An Address ") == "not an address")
+    }
+}
