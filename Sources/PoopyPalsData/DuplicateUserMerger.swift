@@ -103,11 +103,12 @@ public struct DuplicateUserMerger: Sendable {
                 "merged": "\(group.merged.count)",
             ])
         }
-        // Every remaining email in its canonical form; one that is no address at all is trimmed and lower-cased.
+        // Every remaining email in its canonical form. A value that is no address at all is left as it is: rewriting
+        // it could not satisfy the email checks, and the failed update would roll the whole merge back.
         let merged = Set(groups.flatMap(\.merged))
         var normalized = 0
         for user in stored where !merged.contains(user.id) {
-            let key = DuplicateEmails.key(user.email)
+            guard let key = Email.comparisonKey(forStored: user.email) else { continue }
             // Compared as bytes: Swift's == holds canonically equivalent strings equal (decomposed á == á).
             if !key.utf8.elementsEqual(user.email.utf8) {
                 normalized += try conn.execute("UPDATE users SET email = \(key) WHERE id = \(user.id)")

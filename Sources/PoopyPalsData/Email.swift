@@ -7,11 +7,12 @@ import Foundation
 /// - UAX #15 normalisation to NFKC: canonically equivalent spellings (á precomposed, or a + U+0301, which keyboards
 ///   and platforms choose between) and compatibility-equivalent ones (fullwidth ａ, the ligature ﬁ, the Kelvin sign,
 ///   the Ångström sign) are one address, as a person reads them.
-/// - Unicode default case folding, not lower-casing alone (ß and ss are one address), then NFKC again: UAX #31's
-///   NFKC_Casefold, except that default-ignorable code points are refused, not removed (below).
-/// - UTS #46 / IDNA 2008 for the domain: every label that is not ASCII becomes its A-label (`xn--` + Punycode,
-///   RFC 3492), so `exämple.com` and `xn--exmple-cua.com` are one domain; an `xn--` label given as such must decode,
-///   and is stored as the A-label of its canonical U-label.
+/// - For the local part, Unicode default case folding, not lower-casing alone (ß and ss are one address), then NFKC
+///   again: UAX #31's NFKC_Casefold, except that default-ignorable code points are refused, not removed (below).
+/// - UTS #46 (non-transitional) / IDNA 2008 for the domain: labels are mapped the same way but keep ß and ς
+///   (faß.de and fass.de are two registered domains), and every label that is not ASCII becomes its A-label
+///   (`xn--` + Punycode, RFC 3492), so `exämple.com` and `xn--exmple-cua.com` are one domain; an `xn--` label
+///   given as such must decode, and is stored as the A-label of its canonical U-label.
 /// - RFC 6530/6531 (internationalised email): the local part keeps its Unicode. Folding its case is our policy:
 ///   RFC 5321 lets a server treat case as significant, no provider a person uses does, and one person must not
 ///   become two users.
@@ -67,35 +68,34 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
 
     /// Unicode default full case folding (CaseFolding.txt, statuses C and F) from the standard library's case
     /// mappings, which is all it offers (no folding function): lower-case, upper-case, lower-case. That is folding
-    /// everywhere but in two places, kept as folding has them: dotless ı is a letter of its own (upper-casing would
-    /// make it I, then i), and Cherokee folds to its capitals. A test holds known folds.
-    static func caseFolded(_ text: String) -> String {
+    /// everywhere but in two places: dotless ı stays a letter of its own, as folding has it (upper-casing would make
+    /// it I, then i); Cherokee ends in its small letters where folding picks the capitals (the same classes, and
+    /// PostgreSQL's lower() keeps small letters, so users_email_normalized holds). With `keepingDeviations`, ß and ς
+    /// are kept, as UTS #46 (non-transitional) keeps them in domain names: faß.de and fass.de are two domains.
+    static func caseFolded(_ text: String, keepingDeviations: Bool = false) -> String {
         var folded = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
             if scalar.isASCII {
                 folded.append((0x41...0x5A).contains(scalar.value) ? Unicode.Scalar(UInt8(scalar.value) | 0x20) : scalar)
                 continue
             }
-            if scalar == "\u{131}" {
+            if scalar == "\u{131}" || (keepingDeviations && (scalar == "\u{DF}" || scalar == "\u{3C2}")) {
                 folded.append(scalar)
                 continue
             }
             // Lower-casing first takes ẞ to ß, which upper-cases to SS; String's mappings are the full ones
             // (Unicode.Scalar.Properties.uppercaseMapping gave ß for ß here).
             for upper in String(scalar).lowercased().uppercased().unicodeScalars {
-                if (0x13A0...0x13F5).contains(upper.value) {
-                    folded.append(upper)  // Cherokee: the capital is the folded form
-                } else {
-                    folded.append(contentsOf: String(upper).lowercased().unicodeScalars)
-                }
+                folded.append(contentsOf: String(upper).lowercased().unicodeScalars)
             }
         }
         return String(folded)
     }
 
-    /// NFKC, case folding, NFKC: the mapping of the local part and of each domain label.
-    static func mapped(_ text: String) -> String {
-        caseFolded(text.precomposedStringWithCompatibilityMapping).precomposedStringWithCompatibilityMapping
+    /// NFKC, case folding, NFKC: the mapping of the local part (and, keeping the deviations, of domain labels).
+    static func mapped(_ text: String, keepingDeviations: Bool = false) -> String {
+        caseFolded(text.precomposedStringWithCompatibilityMapping, keepingDeviations: keepingDeviations)
+            .precomposedStringWithCompatibilityMapping
     }
 
     /// Only surrounding ASCII spaces are taken away; any other space, tab or newline makes the value invalid.
@@ -111,37 +111,54 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         let trimmed = trimmedSpaces(raw)
         guard !trimmed.isEmpty else { throw InvalidField("email", "is empty") }
         guard trimmed.unicodeScalars.allSatisfy(isAllowed) else { throw invisible }
-        // Ideographic full stops are label separators in UTS #46; NFKC leaves U+3002 as it is.
-        let value = mapped(String(trimmed)).replacingOccurrences(of: "\u{3002}", with: ".")
+        // NFKC first (a fullwidth ＠ or ． is the ASCII one), then the structure, on scalars: as Characters, a
+        // combining mark after "@" would hide it inside one grapheme.
+        let value = String(trimmed).precomposedStringWithCompatibilityMapping
         guard value.unicodeScalars.allSatisfy(isAllowed) else { throw invisible }
         guard value.unicodeScalars.count <= 254 else { throw InvalidField("email", "is longer than 254 characters") }
-        let parts = value.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, !parts[0].isEmpty, parts[0].count <= 64,
-              parts[1].contains("."), !parts[1].hasPrefix("."), !parts[1].hasSuffix("."), !parts[1].contains(".."),
-              !value.contains(where: { $0.isWhitespace || $0 == "\u{0}" || $0.isNewline || $0 == "\"" || $0 == "," })
+        let scalars = Array(value.unicodeScalars)
+        guard !scalars.contains(where: { $0.properties.isWhitespace || $0 == "\"" || $0 == "," }),
+              let at = scalars.firstIndex(of: "@"), scalars.lastIndex(of: "@") == at
         else { throw notAnAddress }
-        let domain = try parts[1].split(separator: ".").map { label throws(InvalidField) in try aLabel(label) }.joined(separator: ".")
-        guard domain.utf8.count <= 253 else { throw InvalidField("email", "has a domain longer than 253 characters") }
-        let address = parts[0] + "@" + domain
+        let local = mapped(String(String.UnicodeScalarView(scalars[..<at])))
+        // Ideographic full stops separate labels in UTS #46; NFKC leaves U+3002 as it is.
+        let domain = String(String.UnicodeScalarView(scalars[(at + 1)...].map { $0 == "\u{3002}" ? "." : $0 }))
+        let labels = domain.unicodeScalars.split(separator: ".", omittingEmptySubsequences: false)
+        guard !local.isEmpty, local.count <= 64, labels.count >= 2, labels.allSatisfy({ !$0.isEmpty }) else { throw notAnAddress }
+        let aLabels = try labels.map { label throws(InvalidField) in
+            try aLabel(Substring(String(String.UnicodeScalarView(Array(label)))))
+        }
+        let mappedDomain = aLabels.joined(separator: ".")
+        guard local.unicodeScalars.allSatisfy(isAllowed), !local.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0 == "@" })
+        else { throw invisible }
+        guard mappedDomain.utf8.count <= 253 else { throw InvalidField("email", "has a domain longer than 253 characters") }
+        let address = local + "@" + mappedDomain
         guard address.unicodeScalars.count <= 254 else { throw InvalidField("email", "is longer than 254 characters") }
         return address
     }
 
-    /// The A-label of one mapped domain label: ASCII stays, an `xn--` label is decoded and re-encoded from its
-    /// canonical U-label, anything else is encoded.
+    /// The A-label of one domain label (after NFKC): ASCII is lower-cased, an `xn--` label is decoded and
+    /// re-encoded from its canonical U-label, anything else is mapped (keeping ß and ς) and encoded.
     static func aLabel(_ label: Substring) throws(InvalidField) -> String {
         let invalid = InvalidField("email", "has a domain name that is not valid IDNA")
         var scalars = Array(label.unicodeScalars)
         if scalars.allSatisfy(\.isASCII) {
-            guard label.hasPrefix("xn--") else {
-                guard label.utf8.count <= 63 else { throw InvalidField("email", "has a domain label longer than 63 characters") }
-                return String(label)
+            let lower = caseFolded(String(label))
+            guard lower.hasPrefix("xn--") else {
+                guard lower.utf8.count <= 63 else { throw InvalidField("email", "has a domain label longer than 63 characters") }
+                return lower
             }
-            guard let decoded = Punycode.decode(String(label.dropFirst(4))), !decoded.allSatisfy(\.isASCII),
+            guard let decoded = Punycode.decode(String(lower.dropFirst(4))), !decoded.allSatisfy(\.isASCII),
                   decoded.allSatisfy(isAllowed)
             else { throw invalid }
-            scalars = Array(mapped(String(String.UnicodeScalarView(decoded))).unicodeScalars)
+            scalars = Array(mapped(String(String.UnicodeScalarView(decoded)), keepingDeviations: true).unicodeScalars)
+        } else {
+            scalars = Array(mapped(String(label), keepingDeviations: true).unicodeScalars)
         }
+        // IDNA 2008 (RFC 5891 4.2.3.2): a label does not begin with a combining mark.
+        guard scalars.allSatisfy(isAllowed), let first = scalars.first,
+              ![.nonspacingMark, .spacingMark, .enclosingMark].contains(first.properties.generalCategory)
+        else { throw invalid }
         // Letters, marks, digits and hyphens: what IDNA 2008 lets a label hold, near enough for a key.
         guard scalars.allSatisfy({ scalar in
             scalar == "-" || scalar.properties.isAlphabetic || scalar.properties.generalCategory == .decimalNumber

@@ -1,6 +1,7 @@
 import Foundation
 @testable import PoopyPalsData
 import Testing
+import TestSupport
 
 /// One person, one profile, whatever Unicode form their email arrives in (Email.swift holds the rules and the
 /// standards they come from). Before, each variant below made a users row of its own beside ann@example.com.
@@ -22,10 +23,39 @@ struct CanonicalEmailTests {
         ("Stra\u{DF}e@example.com", "strasse@example.com"),       // ß folds to ss: folding, not lower-casing
         ("ann@example\u{3002}com", "ann@example.com"),            // ideographic full stop separates labels
         ("ann@example\u{FF0E}com", "ann@example.com"),            // fullwidth full stop
+        ("ann\u{FF20}example.com", "ann@example.com"),            // fullwidth commercial at
+        ("\u{13A0}nn@example.com", "\u{AB70}nn@example.com"),     // Cherokee: small letters, as lower() keeps them
+        ("ann@fa\u{DF}.de", "ann@xn--fa-hia.de"),                // ß stays in a domain (UTS #46 non-transitional) …
+        ("ann@FASS.de", "ann@fass.de"),                          // … so faß.de and fass.de are two domains
+        ("ann@xn--fa-hia.de", "ann@xn--fa-hia.de"),
     ])
     func variantsOfOneAddressHaveOneCanonicalForm(_ raw: String, _ canonical: String) throws {
-        #expect(try Email(raw).normalized == canonical)
-        #expect(try Email(canonical).normalized == canonical)  // the form is a fixed point
+        // As scalars: String's == takes canonically equivalent spellings as equal.
+        #expect(Array(try Email(raw).normalized.unicodeScalars) == Array(canonical.unicodeScalars))
+        #expect(Array(try Email(canonical).normalized.unicodeScalars) == Array(canonical.unicodeScalars))  // a fixed point
+    }
+
+    /// Every canonical form passes the database's own checks (users_email_normalized, users_email_canonical): a
+    /// form they refused would turn a valid request into a 500 (Cherokee capitals did, under lower()).
+    @Test func canonicalFormsPassTheDatabaseChecks() async throws {
+        let inputs = ["ann@example.com", "a\u{301}nn@example.com", "\u{FF41}nn@example.com", "\u{FB01}@example.com", "ann@ex\u{E4}mple.com",
+                      "\u{212A}ate@example.com", "\u{212B}sa@example.com", "Stra\u{DF}e@example.com", "\u{13A0}nn@example.com",
+                      "\u{AB70}nn@example.com", "ann@fa\u{DF}.de", "\u{130}rem@example.com", "\u{1F88}@example.gr",
+                      "\u{4ED6}\u{4EEC}@\u{4F8B}\u{5B50}.\u{6D4B}\u{8BD5}", "\u{43F}\u{440}\u{438}\u{43C}\u{435}\u{440}@\u{43F}\u{440}\u{438}\u{43C}\u{435}\u{440}.\u{440}\u{444}"]
+        try await TestDatabase.withMigrated { db in
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    var seen: Set<[UInt8]> = []
+                    for input in inputs {
+                        let email = try Email(input).normalized
+                        guard seen.insert(Array(email.utf8)).inserted else { continue }  // ａnn is ann
+                        try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), \(email))")
+                    }
+                    #expect(seen.count == inputs.count - 2)  // ａnn is ann, Ꭰnn is ꭰnn
+                }
+            }
+        }
     }
 
     /// Different letters that look alike are different addresses: no standard maps them together, and they can
@@ -45,6 +75,7 @@ struct CanonicalEmailTests {
         "ann@example.com\u{0}", "ann\u{E000}@example.com", "ann@ex\u{378}ample.com", "ann\u{3000}@example.com",
         "ann\u{A0}@example.com", "ann@example.com\u{2028}", "a\u{7F}nn@example.com", "ann\u{1F}@example.com",
         "ann@xn--.com", "ann@xn--a.com", "ann@xn--exmple-cu!.com", "ann@ex_\u{E4}mple.com",
+        "a@\u{301}b@example.com", "a\"\u{301}@example.com", "a,\u{301}@example.com", "ann@\u{301}example.com",
     ])
     func invisibleControlAndInvalidCharactersAreRefused(_ raw: String) {
         let error = #expect(throws: InvalidField.self) { try Email(raw) }
@@ -55,12 +86,15 @@ struct CanonicalEmailTests {
     @Test func caseFoldingAgreesWithUnicode() {
         let folds: [(String, String)] = [
             ("ABC", "abc"), ("\u{DF}", "ss"), ("\u{1E9E}", "ss"), ("\u{3C2}", "\u{3C3}"), ("\u{17F}", "s"),
-            ("\u{130}", "i\u{307}"), ("\u{131}", "\u{131}"), ("\u{1F88}", "\u{1F00}\u{3B9}"), ("\u{13A0}", "\u{13A0}"),
-            ("\u{AB70}", "\u{13A0}"), ("\u{1C5}", "\u{1C6}"), ("\u{3D0}", "\u{3B2}"), ("\u{212A}", "k"), ("\u{149}", "\u{2BC}n"),
+            ("\u{130}", "i\u{307}"), ("\u{131}", "\u{131}"), ("\u{1F88}", "\u{1F00}\u{3B9}"), ("\u{1C5}", "\u{1C6}"),
+            ("\u{3D0}", "\u{3B2}"), ("\u{212A}", "k"), ("\u{149}", "\u{2BC}n"),
+            // Cherokee: one class either way; we keep the small letters (folding picks the capitals).
+            ("\u{13A0}", "\u{AB70}"), ("\u{AB70}", "\u{AB70}"),
         ]
         for (text, folded) in folds {
-            #expect(Email.caseFolded(text) == folded, "\(text.debugDescription)")
+            #expect(Array(Email.caseFolded(text).unicodeScalars) == Array(folded.unicodeScalars), "\(text.debugDescription)")
         }
+        #expect(Email.caseFolded("FA\u{DF}\u{3C2}", keepingDeviations: true) == "fa\u{DF}\u{3C2}")
     }
 
     @Test func punycodeRoundTripsAndRefusesGarbage() {
