@@ -281,7 +281,11 @@ case "$cmd" in
       cat "$STATE/url"
     elif docker_answers; then
       say "no local PostgreSQL binaries; starting the docker compose service"
-      docker compose -f "$ROOT/docker-compose.yml" up -d --wait db >&2
+      # docker-compose.yml has no default secrets; this throw-away development database brings its own (the
+      # URL above), and the API's secret only so that Compose can read the file.
+      POSTGRES_PASSWORD=${POSTGRES_PASSWORD:-postgres-dev-only} POOPYPALS_DB_PASSWORD=poopypals \
+        AUTH_JWT_SECRET=${AUTH_JWT_SECRET:-unused-by-the-db-service-unused-by-the-db} \
+        docker compose -f "$ROOT/docker-compose.yml" up -d --wait db >&2
       echo "$DOCKER_URL"
     else
       die "no PostgreSQL found. Install the server (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql@15), start Docker, or set DATABASE_URL."
@@ -310,7 +314,7 @@ case "$cmd" in
     if BINDIR=$(find_bindir) && [ -f "$STATE/data/PG_VERSION" ]; then
       if local_running; then as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -m fast -w stop >/dev/null; say "stopped"; fi
     elif [ -z "${POOPYPALS_PG_VERSION:-}" ] && docker_answers; then  # Docker stands in for the system server only
-      docker compose -f "$ROOT/docker-compose.yml" stop >&2 || true
+      POSTGRES_PASSWORD=x POOPYPALS_DB_PASSWORD=x AUTH_JWT_SECRET=x docker compose -f "$ROOT/docker-compose.yml" stop >&2 || true
     fi
     if [ "$cmd" = reset ]; then
       [ -f "$STATE/socket_dir" ] && case "$(cat "$STATE/socket_dir")" in /tmp/poopypals-sock.*) rm -rf "$(cat "$STATE/socket_dir")";; esac

@@ -176,10 +176,12 @@ struct APIRoutes: Sendable {
 
     @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {
         let pool = database.pool.statistics
-        Gauge(label: "poopypals_db_pool_in_use").record(pool.inUse)
-        Gauge(label: "poopypals_db_pool_waiting").record(pool.waiting)
-        Gauge(label: "poopypals_db_pool_open").record(pool.open)
+        for (name, help, value) in [("poopypals_db_pool_in_use", "Database connections lent to a request now.", pool.inUse),
+                                    ("poopypals_db_pool_waiting", "Requests waiting for a database connection now.", pool.waiting),
+                                    ("poopypals_db_pool_open", "Database connections open now.", pool.open)] {
+            metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(Double(value))
+        }
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: metrics.emitToBuffer())))
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics))))
     }
 }

@@ -89,7 +89,7 @@ func buildApplication(
     routes.register(on: templates)
     let router = Router(context: APIContext.self)
     router.middlewares.add(RequestLogMiddleware(logger: logger))
-    router.middlewares.add(MetricsMiddleware<APIContext>())
+    router.middlewares.add(RequestMetricsMiddleware(metrics: RequestMetrics(registry: registry)))
     router.middlewares.add(ErrorMiddleware(routes: RouteTable(templates)))
     router.middlewares.add(StrictQueryMiddleware())
     routes.register(on: router)

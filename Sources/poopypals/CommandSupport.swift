@@ -13,13 +13,25 @@ struct ConnectionOptions: ParsableArguments {
 
     var configuration: ConnectionConfiguration { .resolve(databaseURL: databaseURL) }
 
-    /// Connects, or exits with status 2 and libpq's reason (never the password).
-    func connect() throws -> Connection {
+    /// Connects, or exits with status 2 and libpq's reason (never the password). With `wait`, a failed first
+    /// connection is tried again with backoff (0.5 s, doubling to 5 s) until `wait` has passed, saying so on stderr:
+    /// a container started beside its database.
+    func connect(waitingUpTo wait: Duration = .zero) throws -> Connection {
         bootstrapLogging()
-        do {
-            return try Connection(configuration: configuration)
-        } catch {
-            fail("\(error)", status: .checkFailed)
+        let deadline = ContinuousClock.now + wait
+        var delay = Duration.milliseconds(500)
+        var attempt = 1
+        while true {
+            do {
+                return try Connection(configuration: configuration)
+            } catch {
+                let now = ContinuousClock.now
+                guard now + delay <= deadline else { fail("\(error)", status: .checkFailed) }
+                FileHandle.standardError.write(Data("waiting for the database (attempt \(attempt) failed: \(error)); trying again in \(delay)\n".utf8))
+                Thread.sleep(forTimeInterval: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
+                delay = min(delay * 2, .seconds(5))
+                attempt += 1
+            }
         }
     }
 }
@@ -41,17 +53,26 @@ func fail(_ message: String, status: ExitStatus) -> Never {
 /// Duration arguments: `5s`, `500ms`, `2m`, or plain seconds.
 struct DurationArgument: ExpressibleByArgument {
     let duration: Duration
+    /// As written, for help texts ("default: 5s", not the struct's dump).
+    let text: String
+
+    /// At most a day: a larger value is a typo, and `Int64(value * 1000)` of an infinite or huge value would trap.
+    static let maximumMilliseconds = 86_400_000.0
 
     init?(argument: String) {
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60)]
+        var milliseconds: Double?
         for (suffix, scale) in units where argument.hasSuffix(suffix) {
-            guard let value = Double(argument.dropLast(suffix.count)), value >= 0 else { return nil }
-            duration = .milliseconds(Int64(value * scale * 1000))
-            return
+            milliseconds = Double(argument.dropLast(suffix.count)).map { $0 * scale * 1000 }
+            break
         }
-        guard let seconds = Double(argument), seconds >= 0 else { return nil }
-        duration = .milliseconds(Int64(seconds * 1000))
+        if milliseconds == nil, !argument.hasSuffix("s"), !argument.hasSuffix("m") { milliseconds = Double(argument).map { $0 * 1000 } }
+        guard let milliseconds, milliseconds.isFinite, (0...Self.maximumMilliseconds).contains(milliseconds) else { return nil }
+        duration = .milliseconds(Int64(milliseconds))
+        text = argument
     }
+
+    var defaultValueDescription: String { text }
 }
 
 private let logging: Void = {

@@ -53,6 +53,10 @@ extension Migrate {
         @Option(help: ArgumentHelp("How long to wait for another migration run (e.g. 60s).", valueName: "duration"))
         var lockWait = DurationArgument(argument: "60s")!
 
+        @Option(help: ArgumentHelp("Retry the first connection this long while the database is unreachable (e.g. 60s; 0 fails at once).",
+                                   valueName: "duration"))
+        var waitForDatabase = DurationArgument(argument: "0s")!
+
         func validate() throws {
             if let target, target <= 0 { throw ValidationError("--target must be a positive version number") }
             if lockRetries < 0 || lockRetries > 20 { throw ValidationError("--lock-retries must be between 0 and 20") }
@@ -67,7 +71,7 @@ extension Migrate {
             options.lockRetries = lockRetries
             options.advisoryLockWait = lockWait.duration
             let migrator = Migrator(files: files, options: options)
-            let connection = try connection.connect()
+            let connection = try connection.connect(waitingUpTo: waitForDatabase.duration)
             do {
                 if dryRun {
                     print(try DryRun.render(plan: migrator.plan(on: connection), status: migrator.status(on: connection)))

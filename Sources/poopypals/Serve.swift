@@ -28,8 +28,11 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Database connections (default: $POOPYPALS_POOL_SIZE, else 10).")
     var poolSize: Int?
 
-    @Option(help: "Port of the /metrics listener on 127.0.0.1 (default: $POOPYPALS_METRICS_PORT, else 9464; 0 picks a free one).")
+    @Option(help: "Port of the /metrics listener (default: $POOPYPALS_METRICS_PORT, else 9464; 0 picks a free one).")
     var metricsPort: Int?
+
+    @Option(help: "Address the /metrics listener binds (default: $POOPYPALS_METRICS_HOST, else 127.0.0.1; 0.0.0.0 in a container).")
+    var metricsHost: String?
 
     @Flag(help: "Development mode: without AUTH_JWT_SECRET, generate a secret into .dev/jwt-secret for `poopypals dev-token`.")
     var dev = false
@@ -56,6 +59,7 @@ struct Serve: AsyncParsableCommand {
             fail("POOPYPALS_METRICS_PORT must be 0…65535", status: .checkFailed)
         }
         configuration.metricsPort = metrics
+        configuration.metricsHost = metricsHost ?? environment["POOPYPALS_METRICS_HOST"].flatMap { $0.isEmpty ? nil : $0 } ?? "127.0.0.1"
         configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
         if let text = environment["POOPYPALS_IDLE_TIMEOUT"], !text.isEmpty {
             do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }

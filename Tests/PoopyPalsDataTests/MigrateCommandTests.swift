@@ -73,5 +73,30 @@ struct MigrateCommandTests {
         let badDuration = try await TestProject.run(["migrate", "--lock-timeout", "soon"])
         #expect(badDuration.status != 0)
         #expect(badDuration.stderr.contains("lock-timeout"))
+        // `Int64(value * 1000)` trapped on these (signal, no message); now each is a usage error naming the option.
+        for huge in ["1e300s", "inf", "nan", "2000000m", "-1s"] {
+            let refused = try await TestProject.run(["migrate", "--lock-timeout", huge, "--database-url", "postgresql://x@127.0.0.1:1/x"])
+            #expect(refused.status == 2 || refused.status == 64, "\(huge): \(refused.status)")
+            #expect(refused.stderr.contains("lock-timeout"), "\(huge)")
+        }
+    }
+
+    /// Help shows durations as written (it printed `DurationArgument(duration: 5.0 seconds)`).
+    @Test func helpRendersDurationsAsWritten() async throws {
+        let help = try await TestProject.run(["migrate", "up", "--help"])
+        #expect(help.stdout.contains("(default: 5s)"), "\(help.stdout)")
+        #expect(!help.stdout.contains("DurationArgument"))
+    }
+
+    /// A container may start before its database answers: `--wait-for-database` retries the first connection,
+    /// says so, and still ends with status 2 and no password when the time is up.
+    @Test func theFirstConnectionIsRetriedForTheGivenTime() async throws {
+        let started = ContinuousClock.now
+        let output = try await TestProject.run(["migrate", "--wait-for-database", "2s", "--database-url", "postgresql://x:Sup3rSecretPw@127.0.0.1:1/x"])
+        #expect(output.status == 2)
+        #expect(output.stderr.contains("waiting for the database (attempt 1 failed"))
+        #expect(output.stderr.contains("attempt 2 failed"))
+        #expect(!output.stderr.contains("Sup3rSecretPw"))
+        #expect(ContinuousClock.now - started >= .seconds(1))
     }
 }

@@ -55,11 +55,32 @@ struct OperationsTests {
             let metrics = try await api.metrics()
             #expect(metrics.status == 200)
             #expect(metrics.header("Content-Type")?.hasPrefix("text/plain") == true)
-            for name in ["hb_requests", "http_server_request_duration_bucket", "poopypals_db_pool_in_use", "poopypals_db_pool_waiting"] {
-                #expect(metrics.text.contains(name), "\(name)")
+            // Prometheus's conventions (they were broken: hb_requests without _total, a duration without its unit,
+            // a 5 ms lowest bucket, 4xx never counted as errors, no HELP, three prefixes, no process metrics).
+            let lines = metrics.text.split(separator: "\n")
+            var types: [String: String] = [:]
+            var helped: Set<String> = []
+            for line in lines {
+                let words = line.split(separator: " ", maxSplits: 3)
+                if words.count >= 4, words[0] == "#", words[1] == "TYPE" { types[String(words[2])] = String(words[3]) }
+                if words.count >= 4, words[0] == "#", words[1] == "HELP" { helped.insert(String(words[2])) }
             }
-            #expect(metrics.text.contains(#"http_route="/v1/device""#))
-            #expect(metrics.text.contains(#"http_response_status_code="404""#))
+            #expect(types.count >= 10, "\(types)")
+            for (name, type) in types {
+                #expect(helped.contains(name), "\(name) has no HELP")
+                #expect(name.hasPrefix("poopypals_") || name.hasPrefix("process_"), "\(name)")
+                if type == "counter" { #expect(name.hasSuffix("_total"), "\(name)") }
+                if type == "histogram" { #expect(name.hasSuffix("_seconds"), "\(name)") }
+            }
+            for name in ["poopypals_http_requests_total", "poopypals_http_request_errors_total", "poopypals_http_request_duration_seconds",
+                         "poopypals_db_pool_in_use", "poopypals_db_pool_waiting", "process_cpu_seconds_total", "process_resident_memory_bytes",
+                         "process_open_fds", "process_start_time_seconds"] {
+                #expect(types[name] != nil, "\(name)")
+            }
+            // The registry is the process's: tests running beside this one add to the counts.
+            #expect(metrics.text.contains(#"poopypals_http_requests_total{method="GET",route="/v1/device",status="404"} "#))
+            #expect(metrics.text.contains(#"poopypals_http_request_errors_total{method="GET",route="/v1/device",class="4xx"} "#))
+            #expect(metrics.text.contains(#"poopypals_http_request_duration_seconds_bucket{method="GET",route="/v1/device",le="0.0001"}"#))
         }
     }
 
