@@ -15,9 +15,11 @@ version=4.32.5
 
 say() { echo "fuzz: $*" >&2; }
 . scripts/lib/live-server.sh
-if [ ! -x "$venv/bin/st" ] || [ "$("$venv/bin/st" --version 2>/dev/null)" != "st, version $version" ]; then
-  say "installing schemathesis $version into $venv (PyPI)"
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q "schemathesis==$version" >&2
+prometheus_client=0.26.0
+if [ ! -x "$venv/bin/st" ] || [ "$("$venv/bin/st" --version 2>/dev/null)" != "st, version $version" ] \
+   || [ "$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "$prometheus_client" ]; then
+  say "installing schemathesis $version and prometheus-client $prometheus_client into $venv (PyPI)"
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q "schemathesis==$version" "prometheus-client==$prometheus_client" >&2
 fi
 
 start_live_server "$url" "$bin"
@@ -35,3 +37,7 @@ export FUZZ_API=$api FUZZ_DEVICE=$device FUZZ_TOKEN=$token SCHEMATHESIS_HOOKS=fu
 "$venv/bin/st" run openapi.yaml --url "$api" \
   --checks all --max-examples "${FUZZ_MAX_EXAMPLES:-30}" --max-time "${FUZZ_MAX_TIME:-240}" \
   --seed "${FUZZ_SEED:-1}" --workers 2 --request-timeout 20 --output-truncate true
+
+# After thousands of requests, most refused: /metrics as Prometheus's own parser reads it.
+curl -sf "$metrics" -o "$venv/metrics.txt"
+"$venv/bin/python" scripts/check_metrics.py "$venv/metrics.txt"

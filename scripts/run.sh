@@ -36,7 +36,7 @@ now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 base="http://127.0.0.1:$port"
 cat <<TXT
 
-PoopyPals API on $base (dev mode: a JWT secret is generated into .dev/jwt-secret). In another terminal:
+PoopyPals API on $base (dev mode: a JWT secret is generated into ~/.local/state/poopypals/jwt-secret). In another terminal:
 
   curl -s -X PUT $base/v1/device -H 'X-Device-ID: $device' -H 'Content-Type: application/json' -d '{"model":"iPhone15,2","osVersion":"18.1"}'
   curl -s -X POST $base/v1/logs -H 'X-Device-ID: $device' -H 'Content-Type: application/json' -d '{"occurredAt":"$now","bristolType":4,"notes":"after coffee"}'

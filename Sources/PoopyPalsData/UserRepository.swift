@@ -92,7 +92,10 @@ public struct UserRepository: Sendable {
         do {
             return try await database.asDevice(device, idempotent: true) { tx in try work(tx, input, requestID) }
         } catch {
-            log(.error, "ensureProfile failed", input, requestID: requestID, error: error)
+            // A refusal (email in use, device not registered, invalid input) is the client's: answered with its
+            // code, logged where it was decided; only the unexpected is an error here.
+            let expected = error is RepositoryError || error is InvalidField
+            log(expected ? .debug : .error, "ensureProfile failed", input, requestID: requestID, error: error)
             throw error
         }
     }
@@ -123,7 +126,7 @@ public struct UserRepository: Sendable {
         case "created": outcome = .created
         case "conflict": outcome = .conflictTreatedAsSuccess
         default:
-            log(.notice, "profile refused: the email belongs to another account")
+            log(.info, "profile refused: the email belongs to another account")
             throw RepositoryError.emailInUse
         }
         let user = try User(row: row)

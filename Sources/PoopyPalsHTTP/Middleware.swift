@@ -34,7 +34,10 @@ struct RequestLogMiddleware: RouterMiddleware {
         }
         response.headers[.requestID] = id
         let elapsed = ContinuousClock.now - started
-        logger.info("request", metadata: [
+        // A probe answered 200 is routine (every few seconds from an orchestrator): debug. Everything else, a 4xx
+        // or 5xx included, is one info line; a failure's cause is the one line its handler or ErrorMiddleware wrote.
+        let routine = response.status == .ok && (context.endpointPath == "/healthz" || context.endpointPath == "/readyz")
+        logger.log(level: routine ? .debug : .info, "request", metadata: [
             "request_id": "\(id)", "method": "\(request.method)", "route": "\(context.endpointPath ?? "unmatched")",
             "status": "\(response.status.code)",
             "duration_ms": "\(Self.milliseconds(elapsed))",
@@ -84,8 +87,16 @@ struct ErrorMiddleware: RouterMiddleware {
             let apiError = APIError.from(error)
             if apiError.status == .internalServerError {
                 context.logger.error("request failed", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
-            } else if apiError.status == .serviceUnavailable {
-                context.logger.warning("database unavailable", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
+            } else if apiError.status == .serviceUnavailable, !(error is APIError) {
+                // An APIError was thrown by a handler that logged its cause already (readiness): no second line.
+                context.logger.warning("service unavailable", metadata: [
+                    "request_id": "\(context.requestID)", "code": "\(apiError.code)", "error": "\(error)",
+                ])
+            } else if apiError.status.code < 500 {
+                // Expected: the client's mistake or a conflict, answered with its code.
+                context.logger.debug("client error", metadata: [
+                    "request_id": "\(context.requestID)", "status": "\(apiError.status.code)", "code": "\(apiError.code)",
+                ])
             }
             return try apiError.response(from: request, context: context)
         }

@@ -11,7 +11,12 @@ struct ConnectionOptions: ParsableArguments {
         valueName: "url"))
     var databaseURL: String?
 
-    var configuration: ConnectionConfiguration { .resolve(databaseURL: databaseURL) }
+    /// The configuration, or exit 2 naming what is wrong with a malformed URL (never its password).
+    var configuration: ConnectionConfiguration {
+        let configuration = ConnectionConfiguration.resolve(databaseURL: databaseURL)
+        do { try configuration.checkConnectionString() } catch { fail("\(error)", status: .checkFailed) }
+        return configuration
+    }
 
     /// Connects, or exits with status 2 and libpq's reason (never the password). With `wait`, a failed first
     /// connection is tried again with backoff (0.5 s, doubling to 5 s) until `wait` has passed, saying so on stderr:

@@ -34,7 +34,7 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Address the /metrics listener binds (default: $POOPYPALS_METRICS_HOST, else 127.0.0.1; 0.0.0.0 in a container).")
     var metricsHost: String?
 
-    @Flag(help: "Development mode: without AUTH_JWT_SECRET, generate a secret into .dev/jwt-secret for `poopypals dev-token`.")
+    @Flag(help: "Development mode: without AUTH_JWT_SECRET, use a generated secret kept per user (~/.local/state/poopypals/jwt-secret) for `poopypals dev-token`.")
     var dev = false
 
     func validate() throws {
@@ -77,19 +77,21 @@ struct Serve: AsyncParsableCommand {
             fail("\(error)", status: .checkFailed)
         }
         let host = configuration.host
+        let metricsHost = configuration.metricsHost
+        DatabaseWatch.start(configuration.database, logger: logger)
         do {
             try await serve(configuration, logger: logger, onListening: { port in
                 // Unbuffered, so that a supervisor or test reading the pipe sees it at once.
                 FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
             }, onMetricsListening: { port in
-                FileHandle.standardOutput.write(Data("metrics on http://127.0.0.1:\(port)/metrics\n".utf8))
+                FileHandle.standardOutput.write(Data("metrics on http://\(metricsHost):\(port)/metrics\n".utf8))
             })
         } catch let error as ConfigurationError {
             fail("\(error)", status: .checkFailed)
         }
     }
 
-    /// AUTH_JWT_SECRET, or in dev mode a generated one kept in .dev/jwt-secret.
+    /// AUTH_JWT_SECRET, or in dev mode a generated one kept in `DevSecret.path`.
     private func secret(_ environment: [String: String], logger: Logger) throws -> String {
         if let secret = environment["AUTH_JWT_SECRET"], !secret.isEmpty { return secret }
         guard dev else {
@@ -135,9 +137,17 @@ struct DevToken: AsyncParsableCommand {
     }
 }
 
-/// The development secret, kept beside the project (git-ignored) so that `dev-token` can sign with it.
+/// The development secret, kept per user, not per folder, so that `dev-token` finds what `serve --dev` wrote
+/// from any directory (it looked for `.dev/jwt-secret` under the current one): `POOPYPALS_DEV_SECRET_FILE`, else
+/// `$XDG_STATE_HOME/poopypals/jwt-secret`, else `~/.local/state/poopypals/jwt-secret`.
 enum DevSecret {
-    static let path = ".dev/jwt-secret"
+    static var path: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let file = environment["POOPYPALS_DEV_SECRET_FILE"], !file.isEmpty { return file }
+        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? ((environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.local/state")
+        return state + "/poopypals/jwt-secret"
+    }
 
     static func load() -> String? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
@@ -149,10 +159,39 @@ enum DevSecret {
         if let existing = load() { return existing }
         var generator = SystemRandomNumberGenerator()
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-        try FileManager.default.createDirectory(atPath: ".dev", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let path = path
+        let folder = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         guard FileManager.default.createFile(atPath: path, contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw ConfigurationError("cannot write \(path)")
         }
         return secret
+    }
+}
+
+/// Says at start whether the database answers, and keeps saying so, with backoff (0.5 s doubling to 30 s), until it
+/// does: a stopped database, a wrong password or an unreachable host shows in the log at once, in libpq's words
+/// (never the password), not only as /readyz's 503. On a thread of its own: connecting blocks, and the API listens
+/// meanwhile (liveness answers; requests get 503 until the database is there).
+enum DatabaseWatch {
+    static func start(_ configuration: ConnectionConfiguration, logger: Logger) {
+        Thread {
+            var delay = 0.5
+            var attempt = 1
+            while true {
+                do {
+                    _ = try Connection(configuration: configuration)
+                    logger.log(level: attempt == 1 ? .info : .notice, "database reachable", metadata: ["attempts": "\(attempt)"])
+                    return
+                } catch {
+                    logger.warning("database not reachable; retrying", metadata: [
+                        "attempt": "\(attempt)", "retry_in_s": "\(delay)", "error": "\(error)",
+                    ])
+                    Thread.sleep(forTimeInterval: delay)
+                    delay = min(delay * 2, 30)
+                    attempt += 1
+                }
+            }
+        }.start()
     }
 }

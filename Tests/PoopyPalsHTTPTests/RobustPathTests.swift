@@ -123,11 +123,38 @@ struct RobustPathTests {
 
     @Test func readinessFailsWhenTheDatabaseIsGoneAndLivenessDoesNot() async throws {
         let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: "postgresql://nobody@127.0.0.1:1/none", connectTimeoutSeconds: 2))
-        let ready = try await api.send("GET", "/readyz")
+        let ready = try await api.send("GET", "/readyz", headers: ["X-Request-ID": "not-ready-1"])
         #expect(ready.status == 503)
         #expect(ready.errorCode == "database_unavailable")
         #expect(try await api.send("GET", "/healthz").status == 200)
         await api.stop()
+        // One warning with the cause, then the request line: it wrote a second warning dumping APIError(…).
+        let lines = api.logs.value.filter { $0.contains("not-ready-1") }
+        #expect(lines.filter { $0.hasPrefix("warning") }.count == 1, "\(lines)")
+        #expect(!lines.contains { $0.contains("APIError(") }, "\(lines)")
+    }
+
+    /// Logs an operator can read: an expected 409 is no error or warning line, a health probe answered 200 is
+    /// debug, not one info line every few seconds.
+    @Test func expectedRefusalsAndProbesDoNotFloodTheLog() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let (first, second) = (UUID(), UUID())
+            _ = try await api.send("PUT", "/v1/device", device: first)
+            _ = try await api.send("PUT", "/v1/device", device: second)
+            let email = "quiet-\(UUID())@example.com"
+            #expect(try await api.send("PUT", "/v1/profile", device: first, token: try await api.token(email: email)).status == 200)
+            let conflict = try await api.send("PUT", "/v1/profile", device: second, token: try await api.token(email: email),
+                                              headers: ["X-Request-ID": "quiet-409-\(first)"])
+            #expect(conflict.status == 409)
+            #expect(try await api.send("GET", "/healthz", headers: ["X-Request-ID": "quiet-health-\(first)"]).status == 200)
+            let lines = api.logs.value + CapturedLogs.all
+            let refusal = lines.filter { $0.contains("quiet-409-\(first)") }
+            #expect(!refusal.isEmpty)
+            #expect(!refusal.contains { $0.hasPrefix("error") || $0.hasPrefix("warning") || $0.hasPrefix("critical") }, "\(refusal)")
+            let probe = lines.filter { $0.contains("quiet-health-\(first)") }
+            #expect(probe.contains { $0.hasPrefix("debug") }, "\(probe)")
+            #expect(!probe.contains { $0.hasPrefix("info") }, "\(probe)")
+        }
     }
 }
 

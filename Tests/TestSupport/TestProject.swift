@@ -37,10 +37,11 @@ public enum TestProject {
         public let stderr: String
     }
 
-    /// Runs the CLI (or `executable`) with `arguments` in the package root, waiting at most `timeout`.
+    /// Runs the CLI (or `executable`) with `arguments` in the package root, waiting at most `timeout` (then, with
+    /// `stopAtTimeout`, it is sent SIGTERM and its output returned; else this throws).
     public static func run(
         _ arguments: [String], executable: URL? = nil, environment: [String: String] = [:],
-        timeout: Duration = .seconds(60)
+        timeout: Duration = .seconds(60), stopAtTimeout: Bool = false
     ) async throws -> Output {
         let process = Process()
         process.executableURL = executable ?? binary
@@ -68,10 +69,13 @@ public enum TestProject {
         while process.isRunning {
             if ContinuousClock.now > deadline {
                 process.terminate()
+                // A server run for a while, then stopped (SIGTERM) to read what it said.
+                if stopAtTimeout { break }
                 throw SetupError("\(process.executableURL?.lastPathComponent ?? "") \(arguments.joined(separator: " ")) did not finish within \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }
+        while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
         return Output(status: process.terminationStatus,
                       stdout: String(decoding: await out, as: UTF8.self),
                       stderr: String(decoding: await err, as: UTF8.self))

@@ -1,6 +1,7 @@
 # Sourced by the steps of `make test` that call a live server (fuzz.sh, client.sh): `start_live_server URL BIN`
 # creates a database of its own on the server at URL, migrates it with BIN, starts `BIN serve` on a free port
-# with a fresh token secret, and sets `api` (the base URL) and `token` (a valid bearer token). An EXIT trap stops
+# with a fresh token secret, and sets `api` (the base URL), `metrics` (its /metrics URL) and `token` (a valid bearer
+# token). An EXIT trap stops
 # the server and drops the database. Callers set `say`.
 start_live_server() {
   local url=$1 bin=$2
@@ -22,12 +23,14 @@ start_live_server() {
   live_server=$!
   for _ in $(seq 1 200); do
     port=$(sed -n 's#^listening on http://127.0.0.1:\([0-9]*\)$#\1#p' "$out")
-    [ -n "$port" ] && break
+    metrics_port=$(sed -n 's#^metrics on http://127.0.0.1:\([0-9]*\)/metrics$#\1#p' "$out")
+    [ -n "$port" ] && [ -n "$metrics_port" ] && break
     sleep 0.1
   done
   rm -f "$out"
   [ -n "$port" ] || { say "the server did not start"; exit 1; }
   api=http://127.0.0.1:$port
+  metrics=http://127.0.0.1:${metrics_port:-0}/metrics
   token=$("$bin" dev-token --email "live-$$@example.com")
 }
 
