@@ -40,6 +40,7 @@ struct APIRoutes: Sendable {
         router.get("/v1/profile", use: getProfile)
         router.get("/healthz", use: health)
         router.get("/readyz", use: ready)
+        router.get("/openapi.yaml", use: openAPI)
         SyncRoutes(sync: SyncRepository(database: database)).register(on: router)
         DataRightsRoutes(devices: devices, export: DeviceExport(database: database)).register(on: router)
     }
@@ -147,6 +148,12 @@ struct APIRoutes: Sendable {
     }
 
     // MARK: Operations
+
+    /// The OpenAPI document this service implements, as openapi.yaml holds it (embedded at build time).
+    @Sendable func openAPI(_ request: Request, context: APIContext) async throws -> Response {
+        Response(status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
+                 body: ResponseBody(byteBuffer: ByteBuffer(string: OpenAPIDocument.yaml + "\n")))
+    }
 
     /// Liveness: the process answers. No database: a slow or busy database must not get the process restarted.
     @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {

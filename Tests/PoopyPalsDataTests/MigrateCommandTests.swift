@@ -92,7 +92,7 @@ struct MigrateCommandTests {
     /// says so, and still ends with status 2 and no password when the time is up.
     @Test func theFirstConnectionIsRetriedForTheGivenTime() async throws {
         let started = ContinuousClock.now
-        let output = try await TestProject.run(["migrate", "--wait-for-database", "2s", "--database-url", "postgresql://x:Sup3rSecretPw@127.0.0.1:1/x"])
+        let output = try await TestProject.run(["migrate", "--wait-for-database", "5s", "--database-url", "postgresql://x:Sup3rSecretPw@127.0.0.1:1/x"])
         #expect(output.status == 2)
         #expect(output.stderr.contains("waiting for the database (attempt 1 failed"))
         #expect(output.stderr.contains("attempt 2 failed"))
