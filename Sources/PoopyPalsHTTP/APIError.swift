@@ -10,7 +10,7 @@ import PostgresClient
 public struct APIError: Error, HTTPResponseError, Sendable {
     public let status: HTTPResponse.Status
     public let code: String
-    public let message: String
+    public var message: String
     public var headers: HTTPFields = [:]
 
     public init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {

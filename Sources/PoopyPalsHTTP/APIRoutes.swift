@@ -176,7 +176,18 @@ struct APIRoutes: Sendable {
             throw APIError.busy
         } catch {
             context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
-            throw APIError.databaseUnavailable
+            // The cause's class, never its text (which names hosts and users): a refused login will not heal by
+            // waiting, an unreachable server may.
+            var unavailable = APIError.databaseUnavailable
+            switch PostgresClientError.find(in: error)?.connectionFailure {
+            case .authenticationFailed?:
+                unavailable.message = "the database refused the service's login (authentication failed): its credentials need fixing"
+            case .unreachable?:
+                unavailable.message = "the database is not reachable (down, or a wrong host or port); try again shortly"
+            case nil:
+                break
+            }
+            throw unavailable
         }
         return try JSONResponse.make(.ok, ["status": "ok"])
     }

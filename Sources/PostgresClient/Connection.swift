@@ -78,7 +78,9 @@ public final class Connection {
         handle = ConnectionHandle(raw)
         cancelToken = CancelToken(PQgetCancel(raw))
         guard PQstatus(raw) == CONNECTION_OK else {
-            throw PostgresClientError(.connectionFailed, "cannot connect to PostgreSQL: \(lastErrorMessage)")
+            let refusedLogin = PQconnectionNeedsPassword(raw) != 0 || PQconnectionUsedPassword(raw) != 0
+            throw PostgresClientError(.connectionFailed, "cannot connect to PostgreSQL: \(lastErrorMessage)",
+                                      connectionFailure: refusedLogin ? .authenticationFailed : .unreachable)
         }
         PQsetNoticeReceiver(raw, noticeReceiver, nil)
         try pinSessionParameters()

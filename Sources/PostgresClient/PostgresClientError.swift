@@ -23,12 +23,25 @@ public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConve
         case unsupported
     }
 
+    /// Why a connection failed, as libpq tells it apart without reading its message: the server asked for a
+    /// password (`PQconnectionNeedsPassword`, `PQconnectionUsedPassword`) and refused the login, or it was not
+    /// reached (or refused before authentication).
+    public enum ConnectionFailure: String, Sendable {
+        /// The server asked for a password and refused the login: wrong or missing credentials, or no access.
+        case authenticationFailed = "authentication failed"
+        /// No server answered (down, wrong host or port, network), or it refused before authentication.
+        case unreachable
+    }
+
     public let kind: Kind
     public let message: String
+    /// For `.connectionFailed` from a connection attempt: which of the two it was.
+    public var connectionFailure: ConnectionFailure?
 
-    public init(_ kind: Kind, _ message: String) {
+    public init(_ kind: Kind, _ message: String, connectionFailure: ConnectionFailure? = nil) {
         self.kind = kind
         self.message = message
+        self.connectionFailure = connectionFailure
     }
 
     public var description: String { message }

@@ -126,12 +126,28 @@ struct RobustPathTests {
         let ready = try await api.send("GET", "/readyz", headers: ["X-Request-ID": "not-ready-1"])
         #expect(ready.status == 503)
         #expect(ready.errorCode == "database_unavailable")
+        #expect(ready.text.contains("not reachable"), "\(ready.text)")
         #expect(try await api.send("GET", "/healthz").status == 200)
         await api.stop()
         // One warning with the cause, then the request line: it wrote a second warning dumping APIError(…).
         let lines = api.logs.value.filter { $0.contains("not-ready-1") }
         #expect(lines.filter { $0.hasPrefix("warning") }.count == 1, "\(lines)")
         #expect(!lines.contains { $0.contains("APIError(") }, "\(lines)")
+    }
+
+    /// A wrong password was answered "the database is not reachable": readiness now names the class of the cause
+    /// (from libpq's PQconnectionUsedPassword, not its message text), never the text itself.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["DATABASE_URL"]?.hasPrefix("postgresql://") == true))
+    func readinessNamesARefusedLoginAsSuch() async throws {
+        var url = try #require(URLComponents(string: ProcessInfo.processInfo.environment["DATABASE_URL"] ?? ""))
+        url.password = "Wr0ngPassw0rd"
+        let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: try #require(url.string), connectTimeoutSeconds: 2))
+        let ready = try await api.send("GET", "/readyz")
+        await api.stop()
+        #expect(ready.status == 503)
+        #expect(ready.errorCode == "database_unavailable")
+        #expect(ready.text.contains("authentication failed"), "\(ready.text)")
+        #expect(!ready.text.contains("Wr0ngPassw0rd") && !ready.text.contains(url.user ?? "poopypals"))
     }
 
     /// Logs an operator can read: an expected 409 is no error or warning line, a health probe answered 200 is
