@@ -12,7 +12,7 @@ public enum DuplicateEmails {
     /// Works on a legacy `users(id, email, …)` table too: `created_at` is read through `to_jsonb` so the
     /// query does not fail where that column does not exist yet.
     public static let sql = """
-        SELECT u.id, u.email, (to_jsonb(u) ->> 'created_at')::timestamptz AS created_at FROM users u
+        SELECT u.id, u.email, (to_jsonb(u) ->> 'created_at')::timestamptz AS created_at FROM users u WHERE u.email IS NOT NULL
         """
 
     /// The key a stored email is grouped by: its canonical form, or for a value that is no address at all,
@@ -40,16 +40,20 @@ public enum DuplicateEmails {
         Dictionary(grouping: users, by: { key($0.email) })
             .filter { $0.value.count > 1 }
             .map { key, users in
-                (key, users.sorted { left, right in
-                    switch (left.createdAt, right.createdAt) {
-                    case let (l?, r?) where l != r: return l < r
-                    case (.some, nil): return true
-                    case (nil, .some): return false
-                    default: return left.id.uuidString.lowercased() < right.id.uuidString.lowercased()
-                    }
-                })
+                (key, users.sorted { inOrder($0, $1, newestFirst: false) })
             }
             .sorted { $0.key < $1.key }
+    }
+
+    /// By `created_at` (rows without one last), then by id: the order a merge keeps (oldest first) or the
+    /// monitor lists (newest first).
+    static func inOrder(_ left: StoredUser, _ right: StoredUser, newestFirst: Bool) -> Bool {
+        switch (left.createdAt, right.createdAt) {
+        case let (l?, r?) where l != r: return newestFirst ? l > r : l < r
+        case (.some, nil): return true
+        case (nil, .some): return false
+        default: return left.id.uuidString.lowercased() < right.id.uuidString.lowercased()
+        }
     }
 
     public struct Group: Sendable, Encodable, Equatable {
@@ -119,14 +123,7 @@ public enum DuplicateEmails {
         duplicateGroups(try storedUsers(connection)).map { key, users -> Group in
             // Distinct as stored bytes: a Set of Strings would hold canonically equivalent spellings as one.
             let spellings = Set(users.map { Array($0.email.utf8) }).count
-            let newestFirst = users.sorted { left, right in
-                switch (left.createdAt, right.createdAt) {
-                case let (l?, r?) where l != r: return l > r
-                case (.some, nil): return true
-                case (nil, .some): return false
-                default: return left.id.uuidString.lowercased() < right.id.uuidString.lowercased()
-                }
-            }
+            let newestFirst = users.sorted { inOrder($0, $1, newestFirst: true) }
             return Group(email: key, users: users.count, exact: spellings < users.count, normalized: spellings > 1,
                          newestCreatedAt: users.compactMap(\.createdAt).max(), userIDs: newestFirst.map(\.id))
         }
