@@ -14,41 +14,69 @@ final class RequestMetrics: Sendable {
         .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30),
     ]
 
-    static let requestsName = "poopypals_http_requests_total"
-    static let errorsName = "poopypals_http_request_errors_total"
-    static let durationName = "poopypals_http_request_duration_seconds"
-    static let inFlightName = "poopypals_http_requests_in_flight"
+    // Descriptors are not Sendable: made where a series is first made, not kept in statics.
+    static var requests: MetricNameDescriptor {
+        descriptor("poopypals_http_requests_total", help: "HTTP requests answered, by method, route template and status.")
+    }
+    static var errors: MetricNameDescriptor {
+        descriptor("poopypals_http_request_errors_total", help: "HTTP requests answered with a 4xx or 5xx status, by class.")
+    }
+    static var duration: MetricNameDescriptor {
+        descriptor("poopypals_http_request_duration_seconds",
+                   help: "Time from a request's arrival until its response was ready (a streamed export: until it began), in seconds.")
+    }
+
+    /// The series of one method, route and status: looked up in the registry once (it validates every name and
+    /// label on each lookup), then kept. Bounded: known methods, route templates, statuses the service answers.
+    private struct Series: Sendable {
+        let requests: Counter
+        let duration: DurationHistogram
+        let errors: Counter?
+    }
+
+    private struct Key: Hashable {
+        let method: String, route: String, status: Int
+    }
 
     let registry: PrometheusCollectorRegistry
     let inFlight: Gauge
+    private let lock = NSLock()
+    nonisolated(unsafe) private var series: [Key: Series] = [:]
 
     init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
-        inFlight = registry.makeGauge(descriptor: Self.descriptor(Self.inFlightName, help: "HTTP requests being served now."))
+        inFlight = registry.makeGauge(descriptor: Self.descriptor("poopypals_http_requests_in_flight", help: "HTTP requests being served now."))
     }
 
     static func descriptor(_ name: String, help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 
-    /// One answered request. The registry returns the existing series for a name and label set.
+    /// One answered request.
     func record(method: String, route: String, status: Int, duration: Duration) {
-        let labels = [("method", method), ("route", route), ("status", String(status))]
-        registry.makeCounter(descriptor: Self.descriptor(Self.requestsName, help: "HTTP requests answered, by method, route template and status."),
-                             labels: labels).increment()
-        registry.makeDurationHistogram(
-            descriptor: Self.descriptor(Self.durationName, help: "Time from a request's arrival until its response was ready (a streamed export: until it began), in seconds."),
-            labels: [("method", method), ("route", route)], buckets: Self.buckets
-        ).record(duration)
-        if status >= 400 {
-            registry.makeCounter(descriptor: Self.descriptor(Self.errorsName, help: "HTTP requests answered with a 4xx or 5xx status, by class."),
-                                 labels: [("method", method), ("route", route), ("class", status >= 500 ? "5xx" : "4xx")]).increment()
-        }
+        let key = Key(method: method, route: route, status: status)
+        let found = lock.withLock { series[key] } ?? makeSeries(key)
+        found.requests.increment()
+        found.duration.record(duration)
+        found.errors?.increment()
+    }
+
+    private func makeSeries(_ key: Key) -> Series {
+        let made = Series(
+            requests: registry.makeCounter(descriptor: Self.requests,
+                                           labels: [("method", key.method), ("route", key.route), ("status", String(key.status))]),
+            duration: registry.makeDurationHistogram(descriptor: Self.duration, labels: [("method", key.method), ("route", key.route)],
+                                                     buckets: Self.buckets),
+            errors: key.status < 400 ? nil : registry.makeCounter(
+                descriptor: Self.errors, labels: [("method", key.method), ("route", key.route), ("class", key.status >= 500 ? "5xx" : "4xx")]))
+        lock.withLock { series[key] = made }
+        return made
     }
 }
 
 /// Counts every request of the API listener into `RequestMetrics` when its response is ready (or its error
-/// thrown): Hummingbird keeps the hook after the body's last byte to its own package. Outside `ErrorMiddleware`, so it sees the status the client gets.
+/// thrown): Hummingbird keeps the hook after the body's last byte to its own package. Outside `ErrorMiddleware`,
+/// so it sees the status the client gets.
 struct RequestMetricsMiddleware: RouterMiddleware {
     typealias Context = APIContext
     static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
