@@ -68,6 +68,45 @@ struct UserRepositoryTests {
         }
     }
 
+    /// CI, once in 200 calls under load: a call that did not see its subject's row, then saw the email taken by a
+    /// concurrent call for the same subject that committed in between, answered "belongs to another account".
+    /// The window is two statements wide, so many subjects are each created by several calls at once; bounded by
+    /// count and by time.
+    @Test func theSameSubjectCommittingBetweenTheLookupsIsNeverAnotherAccount() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 8, acquireTimeout: .seconds(60)))
+            let users = UserRepository(database: database)
+            var devices: [DeviceID] = []
+            for _ in 0..<8 { devices.append(try await Self.device(database)) }
+            let frozen = devices
+            let deadline = ContinuousClock.now + .seconds(20)
+            var subjects = 0
+            var refused = 0
+            while subjects < 400, ContinuousClock.now < deadline {
+                let subject = UUID()
+                let email = "racer\(subjects)@example.com"
+                subjects += 1
+                refused += await withTaskGroup(of: Int.self) { group in
+                    for device in frozen {
+                        group.addTask {
+                            do {
+                                _ = try await users.ensureProfile(as: device, id: subject, email: email)
+                                return 0
+                            } catch {
+                                return 1
+                            }
+                        }
+                    }
+                    return await group.reduce(0, +)
+                }
+            }
+            #expect(subjects >= 20)
+            #expect(refused == 0, "\(refused) calls refused over \(subjects) subjects")
+            let userRows = try await Self.userCount(db)
+            #expect(userRows == subjects)
+        }
+    }
+
     /// The account-takeover hole: a token of another subject with the same email gets nothing of the first.
     @Test func anotherSubjectWithTheSameEmailIsRefusedAndLearnsNothing() async throws {
         try await TestDatabase.withMigrated { db in
