@@ -42,23 +42,29 @@ public final class Database: Sendable {
     /// - Throws: the work's error (after rollback); `TransactionError` naming the phase for begin/commit;
     ///   `PostgresClientError` when no connection could be had.
     ///
-    /// With `snapshot: true` the transaction is REPEATABLE READ READ ONLY: every statement sees one state.
+    /// With `snapshot: true` the transaction is REPEATABLE READ READ ONLY: every statement sees one state. With
+    /// `readOnly: true` it is READ ONLY: a lost answer to its COMMIT is then a plain failure, never `OutcomeUnknown`.
     @discardableResult
     public func asDevice<T: Sendable>(
-        _ device: DeviceID, idempotent: Bool = false, snapshot: Bool = false,
+        _ device: DeviceID, idempotent: Bool = false, snapshot: Bool = false, readOnly: Bool = false,
         _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
-        return try await withRetries(idempotent: idempotent) {
-            try await self.pool.withConnection { connection in
-                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts, snapshot: snapshot)
+        // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
+        // wait for a slow reader between them) bounds each round trip instead.
+        let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
+        return try await withRetries(idempotent: idempotent, limits: limits) {
+            try await self.pool.withConnection(limits: limits) { connection in
+                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts,
+                                                    snapshot: snapshot, readOnly: readOnly)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)
                     return value
                 } catch {
                     Self.rollBack(connection)
-                    throw AttemptFailure(error: error, commitSent: transaction.commitSent)
+                    // A read-only transaction commits nothing: its outcome is never unknown.
+                    throw AttemptFailure(error: error, commitSent: transaction.commitSent && !transaction.readOnly)
                 }
             }
         }
@@ -71,7 +77,7 @@ public final class Database: Sendable {
     public func asSystem<T: Sendable>(
         idempotent: Bool = false, _ work: @escaping @Sendable (Connection) throws -> T
     ) async throws -> T {
-        try await withRetries(idempotent: idempotent) {
+        try await withRetries(idempotent: idempotent, limits: nil) {
             try await self.pool.withConnection { connection in
                 do {
                     return try connection.transaction { try work($0) }
@@ -98,9 +104,19 @@ public final class Database: Sendable {
         _ = try? connection.executeScript("ROLLBACK")
     }
 
-    private func withRetries<T: Sendable>(idempotent: Bool, _ attempt: @Sendable () async throws -> T) async throws -> T {
+    /// Runs `attempt` until it succeeds, its failure is final, or retrying is not allowed: only `idempotent` work
+    /// is tried again, at most `retryPolicy.maxAttempts` times, and never past the deadline of `limits`.
+    /// A failure after COMMIT was sent is resolved by replaying idempotent work (it recognises its own earlier
+    /// commit: a create by its id, an upsert by its content); when that is not possible it is `OutcomeUnknown`.
+    private func withRetries<T: Sendable>(
+        idempotent: Bool, limits: RoundTripLimits?, _ attempt: @Sendable () async throws -> T
+    ) async throws -> T {
         var number = 1
         var staleRetried = false
+        /// Set once an attempt's COMMIT went unanswered: from then on only a successful replay settles it. A
+        /// replay that fails (it waited for the first attempt's locks, which a commit stuck on its standby still
+        /// holds) leaves the outcome as unknown as it was.
+        var unsettled: (any Error)?
         while true {
             do {
                 return try await attempt()
@@ -113,13 +129,24 @@ public final class Database: Sendable {
                     retries.increment()
                     continue
                 }
-                guard idempotent, number < retryPolicy.maxAttempts,
-                      retryPolicy.isRetryable(underlying, commitSent: failure?.commitSent ?? false)
-                else { throw underlying }
+                let verdict = retryPolicy.verdict(underlying, commitSent: failure?.commitSent ?? false)
                 let delay = retryPolicy.delay(afterAttempt: number)
+                // Room for the pause and a short attempt (100 ms) before the deadline.
+                let roomLeft = limits?.deadline.map { RoundTripWatch.now() &+ delay.nanoseconds &+ 100_000_000 < $0 } ?? true
+                let mayRetry = idempotent && number < retryPolicy.maxAttempts && roomLeft
+                if verdict == .outcomeUnknown { unsettled = underlying }
+                if let unsettled, verdict == .final || !mayRetry {
+                    logger.warning("outcome unknown: COMMIT was sent and not answered", metadata: [
+                        "request_id": "\(RequestTrace.id ?? "-")", "attempt": "\(number)",
+                    ])
+                    throw OutcomeUnknown(cause: unsettled)
+                }
+                // Past here, an unknown outcome is being replayed.
+                if verdict == .final || !mayRetry { throw underlying }
                 logger.warning("retrying idempotent work", metadata: [
                     "request_id": "\(RequestTrace.id ?? "-")", "attempt": "\(number)", "delay_ms": "\(delay.milliseconds)",
-                    "reason": "\(PostgresError.find(in: underlying)?.sqlState.rawValue ?? "connection")",
+                    "reason": "\(PostgresError.find(in: underlying)?.sqlState.rawValue ?? PostgresClientError.find(in: underlying)?.kind.rawValue ?? "connection")",
+                    "after_commit": "\(verdict == .outcomeUnknown)",
                 ])
                 retries.increment()
                 number += 1

@@ -47,7 +47,7 @@ public struct DeviceRepository: Sendable {
 
     /// The calling device's row, or nil before it registered.
     public func current(as device: DeviceID) async throws -> Device? {
-        try await database.asDevice(device, idempotent: true) { tx in
+        try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
             try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first.map { try Device(row: $0, id: device) }
         }
     }

@@ -8,6 +8,8 @@ import PostgresClient
 public final class DeviceTransaction {
     public let device: DeviceID
     let connection: Connection
+    /// True when the transaction can change nothing.
+    let readOnly: Bool
     private var prefix: [PostgresQuery]?
     /// True once COMMIT has been sent: from then on the outcome of a lost connection is unknown.
     private(set) var commitSent = false
@@ -16,17 +18,21 @@ public final class DeviceTransaction {
 
     /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
     ///   work that reads in several round trips and must see one consistent state (an export).
-    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default, snapshot: Bool = false) {
+    /// - Parameter readOnly: the server refuses any write (BEGIN READ ONLY), so a COMMIT left unanswered changed
+    ///   nothing: such work is never of unknown outcome.
+    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default, snapshot: Bool = false, readOnly: Bool = false) {
         self.connection = connection
         self.device = device
+        self.readOnly = snapshot || readOnly
         prefix = [
-            snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN",
+            snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : readOnly ? "BEGIN READ ONLY" : "BEGIN",
             // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
             // Every value is bound, never spliced in.
             """
             SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(UUIDText.lowercase(device.key)), true), \
             set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
-            set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true)
+            set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true), \
+            set_config('idle_in_transaction_session_timeout', \(RequestTimeouts.milliseconds(timeouts.idleInTransaction)), true)
             """,
         ]
     }

@@ -111,7 +111,7 @@ public struct PoopLogRepository: Sendable {
 
     /// The log, or nil when it does not exist or belongs to another device.
     public func get(_ id: UUID, as device: DeviceID) async throws -> PoopLog? {
-        try await database.asDevice(device, idempotent: true) { tx in
+        try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
             try tx.finalQuery("SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE id = \(id)").first.map(PoopLog.init(row:))
         }
     }
@@ -122,7 +122,7 @@ public struct PoopLogRepository: Sendable {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 200") }
         let position = try cursor.map(LogCursor.init(encoded:))
         let query = Self.listQuery(after: position, fetch: limit + 1)  // one more tells whether a page follows
-        let logs = try await database.asDevice(device, idempotent: true) { tx in
+        let logs = try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
             // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
             try tx.finalQuery(query).prefix(limit + 1).map(PoopLog.init(row:))
         }

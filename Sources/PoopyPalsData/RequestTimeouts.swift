@@ -8,17 +8,30 @@ public struct RequestTimeouts: Sendable, Equatable {
     public var statement: Duration
     /// `lock_timeout`: the longest one statement may wait for a lock; lower, so lock waits fail first and clearly.
     public var lock: Duration
+    /// Added to `statement` to make a request's deadline, enforced by the client (`deadline`).
+    public var deadlineMargin: Duration
+    /// `idle_in_transaction_session_timeout`: a request's transaction left idle this long (a hung service) ends
+    /// its session and releases its locks. Set per transaction, as the others, so that it holds behind PgBouncer
+    /// too, which drops the startup options that set it per session.
+    public var idleInTransaction: Duration = .seconds(60)
+
+    /// How long the client waits for the database on one request, retries included: the statement timeout (which
+    /// the server enforces on each statement) plus a margin. A round trip still unanswered then is abandoned —
+    /// the server hung, or a COMMIT waits for a lost synchronous standby, which `statement_timeout` does not bound.
+    public var deadline: Duration { statement + deadlineMargin }
 
     public static let allowed: ClosedRange<Duration> = .milliseconds(1) ... .seconds(600)
 
-    public init(statement: Duration = .seconds(5), lock: Duration = .seconds(2)) {
+    public init(statement: Duration = .seconds(5), lock: Duration = .seconds(2), deadlineMargin: Duration = .seconds(1)) {
         self.statement = statement
         self.lock = lock
+        self.deadlineMargin = deadlineMargin
     }
 
     public static let `default` = RequestTimeouts()
 
-    /// From `POOPYPALS_STATEMENT_TIMEOUT` and `POOPYPALS_LOCK_TIMEOUT` (`5s`, `500ms`, or plain milliseconds).
+    /// From `POOPYPALS_STATEMENT_TIMEOUT`, `POOPYPALS_LOCK_TIMEOUT` and `POOPYPALS_DEADLINE_MARGIN` (`5s`, `500ms`,
+    /// or plain milliseconds).
     /// - Throws: `InvalidField` naming the variable when a value is malformed or outside 1 ms…600 s.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws(InvalidField) -> RequestTimeouts {
         var timeouts = RequestTimeouts.default
@@ -29,6 +42,9 @@ public struct RequestTimeouts: Sendable, Equatable {
             timeouts.lock = try parse(text, name: "POOPYPALS_LOCK_TIMEOUT")
         } else if timeouts.lock > timeouts.statement {
             timeouts.lock = timeouts.statement
+        }
+        if let text = environment["POOPYPALS_DEADLINE_MARGIN"], !text.isEmpty {
+            timeouts.deadlineMargin = try parse(text, name: "POOPYPALS_DEADLINE_MARGIN")
         }
         return timeouts
     }

@@ -152,10 +152,12 @@ public struct SyncRepository: Sendable {
                 guard let raced = try tx.query(select).first.map(PoopLog.init(row:)) else { throw RepositoryError.logIDInUse }
                 current = raced
             }
-            if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
+            // Already as asked: unchanged, whatever baseVersion says. So a push replayed after its COMMIT went
+            // unanswered (a failover) is recognised instead of failing on the version its first attempt made.
             if PoopLogRepository.sameContent(current, NewPoopLog(id: id, occurredAt: occurredAt, bristolType: bristolType, notes: notes)) {
                 return .unchanged
             }
+            if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
             try tx.execute("""
                 UPDATE poop_logs SET occurred_at = \(occurredAt), bristol_type = \(bristolType), notes = \(notes), updated_at = now()
                 WHERE id = \(id)

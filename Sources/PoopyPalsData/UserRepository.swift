@@ -102,7 +102,7 @@ public struct UserRepository: Sendable {
 
     /// The calling device's user if it is subject `id`; nil when the device is linked to no user or another one.
     public func find(id: UUID, as device: DeviceID) async throws -> User? {
-        try await database.asDevice(device, idempotent: true) { tx in
+        try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
             try tx.finalQuery("SELECT \(unescaped: User.columns) FROM users WHERE id = \(id)").first.map(User.init(row:))
         }
     }

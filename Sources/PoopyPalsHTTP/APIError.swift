@@ -64,10 +64,13 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .versionConflict(let index):
                 return APIError(.conflict, "version_conflict", "operations[\(index)]: the log has changed since its baseVersion; nothing was applied")
             }
+        case is OutcomeUnknown: return .outcomeUnknown
         case let error as TransactionError: return from(error.underlying)
         case let error as PostgresClientError:
             switch error.kind {
             case .poolTimeout: return .busy
+            // Abandoned before COMMIT was sent (after it, the data layer reports OutcomeUnknown).
+            case .deadlineExceeded: return .timedOut
             case .connectionFailed, .connectionLost, .poolClosed, .statementInvalidated: return .databaseUnavailable
             case .invalidParameter: return APIError(.badRequest, "invalid_request", "a value in the request cannot be stored (a NUL character?)")
             default: return .internalError
@@ -75,6 +78,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         case let error as PostgresError:
             // A statement that ran out of time or waited too long for a lock: the server has stopped it.
             if error.sqlState == .queryCanceled || error.sqlState == .lockNotAvailable { return .timedOut }
+            if error.sqlState.meansTheNodeIsUnfit { return .databaseUnavailable }
             switch error.sqlState.errorClass {
             case .connectionException, .insufficientResources, .operatorIntervention: return .databaseUnavailable
             default: return .internalError
@@ -96,6 +100,16 @@ public struct APIError: Error, HTTPResponseError, Sendable {
 
     static var databaseUnavailable: APIError {
         var error = APIError(.serviceUnavailable, "database_unavailable", "the database is not reachable; try again shortly")
+        error.headers[.retryAfter] = "2"
+        return error
+    }
+
+    /// COMMIT was sent and never answered (the database failed over or hung at that moment), and replaying the
+    /// request within its deadline was not possible: it may or may not have been applied. Send the same request
+    /// again: creates carry an id and are recognised, upserts compare content.
+    static var outcomeUnknown: APIError {
+        var error = APIError(.serviceUnavailable, "outcome_unknown",
+                             "the database failed while committing; this request may or may not have been applied: send it again")
         error.headers[.retryAfter] = "2"
         return error
     }

@@ -161,19 +161,36 @@ struct APIRoutes: Sendable {
     }
 
     /// Readiness: one round trip that does what every request does first (begin, switch to the service role,
-    /// commit), on the probe's own connection, bounded by a 2 s statement timeout.
+    /// commit) and asks whether the node takes writes, on the probe's own connection, bounded by a 2 s statement
+    /// timeout and a 3 s deadline the client enforces (a hung node cannot hold the probe). A read-only node (a
+    /// standby, or a primary demoted by a switchover, reached through a pooler or a connection made before) is
+    /// not ready: the connection is dropped, and the next probe connects afresh, to the writable host if any.
     @Sendable func ready(_ request: Request, context: APIContext) async throws -> Response {
         let pool = probe ?? database.pool
         do {
-            try await pool.withConnection { connection in
-                try connection.pipeline([
+            let writable = try await pool.withConnection(limits: .within(.seconds(3))) { connection -> Bool in
+                let results = try connection.pipeline([
                     "BEGIN",
-                    "SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true)",
+                    """
+                    SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true), \
+                    current_setting('transaction_read_only') = 'off' AS writable
+                    """,
                     "COMMIT",
                 ])
+                let writable = try results[1][0].decode("writable", as: Bool.self)
+                if !writable { connection.discardAfterUse() }
+                return writable
+            }
+            guard writable else {
+                context.logger.warning("not ready: the database takes no writes", metadata: ["request_id": "\(context.requestID)"])
+                var unavailable = APIError.databaseUnavailable
+                unavailable.message = "the database reached is read-only (a standby, or a primary being switched over); try again shortly"
+                throw unavailable
             }
         } catch let error as PostgresClientError where error.kind == .poolTimeout {
             throw APIError.busy
+        } catch let error as APIError {
+            throw error
         } catch {
             context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
             // The cause's class, never its text (which names hosts and users): a refused login will not heal by

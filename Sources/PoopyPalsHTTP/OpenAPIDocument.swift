@@ -276,7 +276,8 @@ paths:
       description: |
         Last writer wins in server order. A replay changes nothing (`unchanged`, `notFound`). A batch with an
         invalid operation is a 400 naming `operations[i]…` and applies nothing; a `baseVersion` that no longer
-        matches is a 409 `version_conflict` for the whole batch.
+        matches is a 409 `version_conflict` for the whole batch, unless the log already holds what the operation
+        asks (then it is `unchanged`: a replay of a push whose first answer was lost).
       operationId: pushChanges
       parameters:
         - $ref: '#/components/parameters/DeviceID'
@@ -441,7 +442,7 @@ components:
           additionalProperties: false
           properties:
             op: { type: string, const: upsert }
-            baseVersion: { type: [integer, 'null'], minimum: 0, maximum: 9007199254740991, description: "Optional (null is absent): apply only if the log is still at this version (0: only if it does not exist); else 409 for the batch" }
+            baseVersion: { type: [integer, 'null'], minimum: 0, maximum: 9007199254740991, description: "Optional (null is absent): apply only if the log is still at this version (0: only if it does not exist); else 409 for the batch, unless the log already has this content" }
             log:
               type: object
               required: [id, occurredAt, bristolType]
@@ -541,9 +542,15 @@ components:
       content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
     Unavailable:
       description: |
-        Retry after the given seconds. `code` says why: `database_unavailable` (the database cannot be reached),
-        `busy` (every database connection is in use and none became free in time), `timeout` (a statement ran
-        out of time or waited too long for a lock, or the service is shutting down; nothing was changed).
+        Retry after the given seconds. `code` says why, and whether the request changed anything:
+        `database_unavailable` (the database cannot be reached, or the node reached cannot take writes now, as
+        during a failover; nothing was changed), `busy` (every database connection is in use and none became free
+        in time; nothing was changed), `timeout` (a statement ran out of time or waited too long for a lock, the
+        database did not answer before the request's deadline, or the service is shutting down; nothing was
+        changed), `outcome_unknown` (the database failed while committing this request, and the service could not
+        settle it before its deadline: it may or may not have been applied; send the same request again, which is
+        safe: a log carries its id, a profile or device write and a sync push with the same content are
+        recognised).
       headers:
         Retry-After: { schema: { type: integer } }
         X-Request-ID: { $ref: '#/components/headers/RequestID' }

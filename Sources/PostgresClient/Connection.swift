@@ -38,6 +38,10 @@ public final class Connection {
     private var traceFile: UnsafeMutablePointer<FILE>?
     /// Set when a protocol exchange was cut short; the connection is then never used again.
     private var isBroken = false
+    /// Set when the server said this node cannot serve (read-only, shutting down): closed once its borrower is done.
+    public private(set) var shouldDiscard = false
+    /// Round trips as other threads see them, for abandoning one that outlives its deadline.
+    public let watch: RoundTripWatch
 
     private var pointer: OpaquePointer { handle.pointer }
 
@@ -77,9 +81,16 @@ public final class Connection {
         guard let raw else { throw PostgresClientError(.connectionFailed, "libpq could not allocate a connection") }
         handle = ConnectionHandle(raw)
         cancelToken = CancelToken(PQgetCancel(raw))
+        watch = RoundTripWatch(socket: PQsocket(raw))
         guard PQstatus(raw) == CONNECTION_OK else {
             let refusedLogin = PQconnectionNeedsPassword(raw) != 0 || PQconnectionUsedPassword(raw) != 0
-            throw PostgresClientError(.connectionFailed, "cannot connect to PostgreSQL: \(lastErrorMessage)",
+            var message = "cannot connect to PostgreSQL: \(lastErrorMessage)"
+            if message.contains("unsupported startup parameter: options") {
+                // PgBouncer refuses the startup options unless told to ignore them; what they pin is then set
+                // per session (DateStyle, TimeZone: kept by PgBouncer) and per transaction (the timeouts).
+                message += " (behind PgBouncer, set ignore_startup_parameters = extra_float_digits,options)"
+            }
+            throw PostgresClientError(.connectionFailed, message,
                                       connectionFailure: refusedLogin ? .authenticationFailed : .unreachable)
         }
         PQsetNoticeReceiver(raw, noticeReceiver, nil)
@@ -129,7 +140,11 @@ public final class Connection {
     var cachedStatementCount: Int { statements.count }
 
     /// True while the connection is believed healthy (libpq learns of a broken socket only when it uses it).
-    public var isOpen: Bool { !isBroken && PQstatus(pointer) == CONNECTION_OK }
+    public var isOpen: Bool { !isBroken && !watch.isAbandoned && PQstatus(pointer) == CONNECTION_OK }
+
+    /// Closes the connection once its borrower is done instead of lending it again (for example when the node it
+    /// reaches turned out to be read-only).
+    public func discardAfterUse() { shouldDiscard = true }
 
     /// The server process serving this connection (`pg_backend_pid()`).
     public var serverProcessID: Int32 { PQbackendPID(pointer) }
@@ -209,6 +224,8 @@ public final class Connection {
     /// prepared statement was stale, if that is how the batch failed.
     private func sendPipeline(_ queries: [PostgresQuery]) throws -> ([Result<QueryResult, any Error>], stale: Int?) {
         guard PQenterPipelineMode(pointer) == 1 else { throw connectionError() }
+        watch.started()
+        defer { watch.finished() }
 
         // Send. A statement the cache has not seen is prepared in the same batch.
         var fresh = [(name: String, persists: Bool)?](repeating: nil, count: queries.count)
@@ -303,7 +320,10 @@ public final class Connection {
         }
         guard isOpen else { throw PostgresClientError(.connectionLost, "the connection is closed") }
         roundTrips += 1
-        guard let raw = PQexec(pointer, sql) else { throw connectionError() }
+        watch.started()
+        let raw = PQexec(pointer, sql)
+        watch.finished()
+        guard let raw else { throw connectionError() }
         let result = QueryResult(taking: raw)
         if let error = error(of: result) {
             if !isOpen { isBroken = true }
@@ -365,7 +385,9 @@ public final class Connection {
         case PGRES_PIPELINE_ABORTED:
             return PostgresClientError(.skipped, "statement skipped after an earlier failure in the pipeline")
         case PGRES_FATAL_ERROR, PGRES_NONFATAL_ERROR, PGRES_BAD_RESPONSE:
-            return result.serverError ?? connectionError()
+            guard let error = result.serverError else { return connectionError() }
+            if error.sqlState.meansTheNodeIsUnfit { shouldDiscard = true }
+            return error
         default:
             return PostgresClientError(.unsupported, "unsupported result (COPY is not supported)")
         }
@@ -375,7 +397,7 @@ public final class Connection {
     private func abandonPipeline() -> PostgresClientError {
         let error = connectionError()
         isBroken = true
-        return PostgresClientError(.connectionLost, error.message)
+        return error.kind == .deadlineExceeded ? error : PostgresClientError(.connectionLost, error.message)
     }
 
     private var lastErrorMessage: String {
@@ -385,8 +407,13 @@ public final class Connection {
     }
 
     private func connectionError() -> PostgresClientError {
-        PostgresClientError(isOpen ? .unsupported : .connectionLost,
-                            lastErrorMessage.isEmpty ? "connection to the server was lost" : lastErrorMessage)
+        if watch.isAbandoned {
+            isBroken = true
+            return PostgresClientError(.deadlineExceeded,
+                "the database did not answer within the request's deadline; the round trip was abandoned")
+        }
+        return PostgresClientError(isOpen ? .unsupported : .connectionLost,
+                                   lastErrorMessage.isEmpty ? "connection to the server was lost" : lastErrorMessage)
     }
 }
 

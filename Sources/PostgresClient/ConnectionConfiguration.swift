@@ -9,7 +9,8 @@ public struct ConnectionConfiguration: Sendable {
     public var database: String?
     /// Reported in `pg_stat_activity` unless the connection string sets `application_name`.
     public var applicationName: String
-    /// Seconds libpq waits for a connection, unless the connection string sets `connect_timeout`.
+    /// Seconds libpq waits for a connection to each host of the URL, unless the connection string sets
+    /// `connect_timeout` (`serve` makes it 4: a dead or hung first host costs seconds, then the next is tried).
     public var connectTimeoutSeconds: Int
     /// Caches named prepared statements per connection. Turn off behind a pooler that cannot keep them
     /// across transactions (PgBouncer before 1.21 in transaction mode): statements are then sent unnamed,

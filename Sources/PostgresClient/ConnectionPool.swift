@@ -74,6 +74,8 @@ public final class ConnectionPool: Sendable {
 
     /// The pool's threads: bodies run there, and so do tasks that prefer them (`taskExecutor()`).
     let executor: ConnectionExecutor
+    /// Abandons round trips that outlive their borrower's limits; started by the first borrower that has some.
+    private let watchdog = Watchdog()
 
     public init(configuration: Configuration) {
         self.configuration = configuration
@@ -81,6 +83,7 @@ public final class ConnectionPool: Sendable {
     }
 
     deinit {
+        watchdog.stop()
         for slot in state.withLock({ $0.idle }) { slot.shutDown(on: executor) {} }
         executor.stop()
     }
@@ -104,9 +107,12 @@ public final class ConnectionPool: Sendable {
     /// - Throws: `PostgresClientError` `.poolTimeout`, `.poolClosed` or `.connectionFailed`; `CancellationError`
     ///   when the task is cancelled while waiting; otherwise whatever `body` throws.
     @discardableResult
-    public func withConnection<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+    public func withConnection<T: Sendable>(
+        limits: RoundTripLimits? = nil, _ body: @escaping @Sendable (Connection) throws -> T
+    ) async throws -> T {
         let configuration = configuration
-        let borrower = Slot.Borrower()
+        let borrower = Slot.Borrower(limits: limits)
+        if limits != nil { watchdog.start(watching: self) }
         // On one of our threads (the task prefers a pool's executor): run the body here if a connection is free.
         if executor.isCurrent, let slot = try checkOutIfFree() {
             return try await withTaskCancellationHandler {
@@ -146,7 +152,7 @@ public final class ConnectionPool: Sendable {
                 switch checkout {
                 case .ready(let slot): start(slot)
                 case .fail(let error): continuation.resume(throwing: error)
-                case .wait: startTimer(for: id)
+                case .wait: startTimer(for: id, limits: limits)
                 }
             }
         } onCancel: {
@@ -175,11 +181,20 @@ public final class ConnectionPool: Sendable {
         if cancellingInFlight {
             for slot in lent { slot.cancelCurrent() }
         }
+        watchdog.stop()
         for slot in idle {
             await withCheckedContinuation { done in slot.shutDown(on: executor) { done.resume() } }
         }
         // The threads end once the queue is empty; a task that still prefers them goes on on the global executor.
         executor.stop()
+    }
+
+    /// For the watchdog: abandons what outlived its limits. False once the pool is closed.
+    fileprivate func abandonExpired() -> Bool {
+        let (closed, lent) = state.withLock { ($0.closed, Array($0.lent.values)) }
+        let now = RoundTripWatch.now()
+        for slot in lent { slot.abandonIfExpired(now: now) }
+        return !closed
     }
 
     // MARK: - Checkout
@@ -215,8 +230,12 @@ public final class ConnectionPool: Sendable {
         }
     }
 
-    private func startTimer(for id: Int) {
-        let timeout = configuration.acquireTimeout
+    private func startTimer(for id: Int, limits: RoundTripLimits?) {
+        var timeout = configuration.acquireTimeout
+        // A request's deadline bounds its wait for a connection too.
+        if let remaining = limits?.remaining(now: RoundTripWatch.now()) {
+            timeout = min(timeout, .nanoseconds(max(0, remaining)))
+        }
         let timer = Task { [weak self] in
             guard (try? await Task.sleep(for: timeout)) != nil, let self else { return }
             let waiting = statistics
@@ -279,8 +298,8 @@ extension ConnectionPool {
     final class Slot: @unchecked Sendable {
         private var connection: Connection?
         private let lock = NSLock()
-        /// The borrower whose body runs now, and its connection's cancel token; nil between borrowers.
-        private var running: (borrower: Borrower, token: CancelToken)?
+        /// The borrower whose body runs now, its connection's cancel token and round-trip watch; nil between borrowers.
+        private var running: (borrower: Borrower, token: CancelToken, watch: RoundTripWatch)?
 
         /// Which slot a waiting borrower was lent, for its cancel handler.
         final class Assignment: Sendable {
@@ -293,6 +312,8 @@ extension ConnectionPool {
         final class Borrower: @unchecked Sendable {
             /// Guarded by the slot's lock.
             var cancelled = false
+            let limits: RoundTripLimits?
+            init(limits: RoundTripLimits? = nil) { self.limits = limits }
         }
 
         /// Runs on a pool thread: (re)connects when needed, runs `body`, and leaves the connection clean for the next
@@ -307,7 +328,7 @@ extension ConnectionPool {
             let connection = try self.connection ?? Connection(configuration: configuration.connection)
             self.connection = connection
             let alreadyCancelled = lock.withLock { () -> Bool in
-                running = (borrower, connection.cancelToken)
+                running = (borrower, connection.cancelToken, connection.watch)
                 return borrower.cancelled
             }
             defer {
@@ -315,8 +336,9 @@ extension ConnectionPool {
                     running = nil
                     return borrower.cancelled
                 }
-                if cancelled {
-                    // A cancel may still be on its way to the server: this session's state is uncertain.
+                if cancelled || connection.watch.isAbandoned || connection.shouldDiscard {
+                    // A cancel may still be on its way to the server: this session's state is uncertain. Or the
+                    // round trip was abandoned, or the node cannot serve: a new connection may find a better one.
                     self.connection = nil
                 } else {
                     tidy(connection)
@@ -340,6 +362,20 @@ extension ConnectionPool {
             connection.closeReleasedStatements()
         }
 
+        /// From the watchdog: abandons the round trip in flight if it outlived its borrower's limits, and asks the
+        /// server to cancel it (on a thread of its own: a hung server may never answer the cancel request either).
+        func abandonIfExpired(now: Int64) {
+            let expired = lock.withLock { () -> (RoundTripWatch, CancelToken)? in
+                guard let running, let limits = running.borrower.limits, let sentAt = running.watch.inFlightSince,
+                      !running.watch.isAbandoned, limits.expired(sentAt: sentAt, now: now) else { return nil }
+                // Under the lock: the connection, and so its socket, is alive while it runs a borrower.
+                running.watch.abandon()
+                return (running.watch, running.token)
+            }
+            guard let (_, token) = expired else { return }
+            CancelRequests.send(token)
+        }
+
         /// Cancels what the current borrower runs, whoever it is (shutdown).
         func cancelCurrent() {
             guard let borrower = lock.withLock({ running?.borrower }) else { return }
@@ -354,7 +390,7 @@ extension ConnectionPool {
                 return running?.borrower === borrower ? running?.token : nil
             }
             guard let token else { return }
-            Thread.detachNewThread { token.cancel() }
+            CancelRequests.send(token)
         }
 
         /// Closes the connection on one of the pool's threads.
@@ -363,6 +399,50 @@ extension ConnectionPool {
                 connection = nil
                 done()
             }
+        }
+    }
+}
+
+/// One thread per pool that needs it: every 50 ms, abandons round trips past their limits. It holds the pool
+/// weakly and ends when the pool is closed or gone.
+private final class Watchdog: Sendable {
+    private let state = LockedState((started: false, stopped: false))
+
+    func start(watching pool: ConnectionPool) {
+        let first = state.withLock { state -> Bool in
+            defer { state.started = true }
+            return !state.started && !state.stopped
+        }
+        guard first else { return }
+        let thread = Thread { [weak pool, self] in
+            while !self.state.withLock({ $0.stopped }) {
+                usleep(50_000)
+                guard let pool, pool.abandonExpired() else { return }
+            }
+        }
+        thread.name = "poopypals-pg-watchdog"
+        thread.start()
+    }
+
+    func stop() { state.withLock { $0.stopped = true } }
+}
+
+/// Cancel requests (`PQcancel`) on threads of their own, at most 16 at once: each opens a connection to a server
+/// that may hang, and a hung server must not make this grow without bound. Past the limit a request is dropped
+/// (the abandoned connection is closed anyway, and `statement_timeout` stops what the server runs).
+enum CancelRequests {
+    private static let inFlight = LockedState(0)
+
+    static func send(_ token: CancelToken) {
+        let admitted = inFlight.withLock { count -> Bool in
+            guard count < 16 else { return false }
+            count += 1
+            return true
+        }
+        guard admitted else { return }
+        Thread.detachNewThread {
+            token.cancel()
+            inFlight.withLock { $0 -= 1 }
         }
     }
 }

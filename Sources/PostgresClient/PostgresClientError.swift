@@ -6,6 +6,9 @@ public struct PostgresClientError: Error, Sendable, Equatable, CustomStringConve
         case connectionFailed
         /// The connection broke while in use; whether the statement ran is unknown.
         case connectionLost
+        /// A round trip outlived its deadline and was abandoned on the client (the server hung, or a COMMIT waited
+        /// for a lost synchronous standby); the connection is closed. Whether the statement ran is unknown.
+        case deadlineExceeded
         /// A bound value cannot be sent as is (for example a string with a NUL byte).
         case invalidParameter
         /// The pool could not hand out a connection within its timeout.

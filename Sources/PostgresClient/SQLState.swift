@@ -44,6 +44,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
     public static let checkViolation: SQLState = "23514"
     public static let exclusionViolation: SQLState = "23P01"
     public static let inFailedSQLTransaction: SQLState = "25P02"
+    public static let readOnlySQLTransaction: SQLState = "25006"
     public static let invalidAuthorizationSpecification: SQLState = "28000"
     public static let invalidPassword: SQLState = "28P01"
     public static let serializationFailure: SQLState = "40001"
@@ -75,7 +76,7 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
         .numericValueOutOfRange: "numeric_value_out_of_range", .notNullViolation: "not_null_violation",
         .foreignKeyViolation: "foreign_key_violation", .uniqueViolation: "unique_violation",
         .checkViolation: "check_violation", .exclusionViolation: "exclusion_violation",
-        .inFailedSQLTransaction: "in_failed_sql_transaction",
+        .inFailedSQLTransaction: "in_failed_sql_transaction", .readOnlySQLTransaction: "read_only_sql_transaction",
         .invalidAuthorizationSpecification: "invalid_authorization_specification",
         .invalidPassword: "invalid_password", .serializationFailure: "serialization_failure",
         .deadlockDetected: "deadlock_detected", .syntaxError: "syntax_error",
@@ -89,6 +90,15 @@ public struct SQLState: RawRepresentable, Hashable, Sendable, ExpressibleByStrin
 }
 
 extension SQLState {
+    /// The server this connection reaches cannot take the request, and nothing was done: a write reached a node
+    /// that is (now) read-only (25006: a standby, or a primary demoted by a switchover), or the server is shutting
+    /// down, crashed or not yet accepting (57P01, 57P02, 57P03), or the connection failed (class 08). The
+    /// connection is worth nothing now; a fresh one (libpq picks a writable host of a multi-host URL) may succeed.
+    public var meansTheNodeIsUnfit: Bool {
+        self == .readOnlySQLTransaction || self == .adminShutdown || self == .crashShutdown || self == .cannotConnectNow
+            || errorClass == .connectionException
+    }
+
     /// Lets `catch SQLState.uniqueViolation` match a server error, also when it surfaced through a
     /// transaction's commit or rollback.
     public static func ~= (pattern: SQLState, error: any Error) -> Bool {

@@ -10,7 +10,8 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the HTTP API the app calls.",
         discussion: """
             Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. POOPYPALS_STATEMENT_TIMEOUT \
-            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; POOPYPALS_IDLE_TIMEOUT (default \
+            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; the client gives up on the \
+            database after the statement timeout plus POOPYPALS_DEADLINE_MARGIN (default 1s); POOPYPALS_IDLE_TIMEOUT (default \
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
             (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections. SIGTERM or SIGINT: stop \
@@ -47,7 +48,12 @@ struct Serve: AsyncParsableCommand {
         bootstrapLogging()
         let logger = Logger(label: "poopypals.http")
         let environment = ProcessInfo.processInfo.environment
-        var configuration = APIConfiguration(jwtSecret: try secret(environment, logger: logger), database: connection.configuration)
+        var database = connection.configuration
+        // A dead or hung first host of a multi-host URL costs this long before the next is tried (libpq's
+        // connect_timeout, per host; the URL's own value wins). The tools keep libpq's 10 s: they are not in a
+        // request's path, and a loaded machine can take seconds to accept a login.
+        database.connectTimeoutSeconds = 4
+        var configuration = APIConfiguration(jwtSecret: try secret(environment, logger: logger), database: database)
         configuration.host = host ?? environment["POOPYPALS_HOST"] ?? "127.0.0.1"
         guard let port = port ?? Int(environment["PORT"] ?? "8080"), (0...65535).contains(port) else { fail("PORT must be 0…65535", status: .checkFailed) }
         configuration.port = port

@@ -154,4 +154,23 @@ struct RequestTransactionTests {
             #expect(policy.delay(afterAttempt: attempt) <= .milliseconds(50))
         }
     }
+
+    /// A failover's failures, told apart: what left nothing committed is retried on a fresh connection; what may
+    /// have committed is never reported as "nothing changed".
+    @Test func failoverFailuresAreClassifiedByWhetherCommitMayHaveHappened() {
+        let policy = RetryPolicy.default
+        // A switchover's demoted node, a shutdown, a restart, a broken connection: answered before COMMIT.
+        for state: SQLState in [.readOnlySQLTransaction, .adminShutdown, .crashShutdown, .cannotConnectNow, "08006"] {
+            #expect(policy.verdict(PostgresError(sqlState: state, message: "m"), commitSent: true) == .retryable, "\(state)")
+            // The same answered to COMMIT itself (the server went down while the commit waited for its standby).
+            #expect(policy.verdict(TransactionError(phase: .commit, underlying: PostgresError(sqlState: state, message: "m")), commitSent: true)
+                    == .outcomeUnknown, "\(state)")
+        }
+        #expect(policy.verdict(PostgresClientError(.deadlineExceeded, "x"), commitSent: true) == .outcomeUnknown)
+        #expect(policy.verdict(PostgresClientError(.deadlineExceeded, "x"), commitSent: false) == .retryable)
+        #expect(policy.verdict(PostgresClientError(.connectionLost, "x"), commitSent: true) == .outcomeUnknown)
+        #expect(policy.verdict(PostgresError(sqlState: .queryCanceled, message: "t"), commitSent: true) == .final)
+        #expect(policy.verdict(TransactionError(phase: .commit, underlying: PostgresError(sqlState: .serializationFailure, message: "s")), commitSent: true) == .retryable)
+        #expect(policy.verdict(PostgresClientError(.poolTimeout, "x"), commitSent: false) == .final)
+    }
 }

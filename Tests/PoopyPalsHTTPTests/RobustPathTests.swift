@@ -135,6 +135,39 @@ struct RobustPathTests {
         #expect(!lines.contains { $0.contains("APIError(") }, "\(lines)")
     }
 
+    /// Behind PgBouncer, after a switchover, 160 of 160 POSTs got 500 while /readyz said 200: readiness never asked
+    /// whether the node takes writes. A read-only node (every new session read-only, as on a standby) is now
+    /// not ready, and a write there is a 503 with Retry-After that promises nothing changed, never a 500.
+    @Test func aReadOnlyNodeIsNotReadyAndItsWritesAre503() async throws {
+        try await TestDatabase.withAPI(poolSize: 2) { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let toggle = { (on: Bool) in
+                _ = try await db.withConnection { conn in
+                    try conn.executeScript("BEGIN READ WRITE; DO $$ BEGIN EXECUTE format('ALTER DATABASE %I "
+                        + (on ? "SET default_transaction_read_only = on" : "RESET default_transaction_read_only")
+                        + "', current_database()); END $$; COMMIT")
+                }
+            }
+            try await toggle(true)
+            // Sessions made before the change are not read-only: end them, as a demotion's restart does.
+            try await db.withConnection { conn in
+                try conn.executeScript("BEGIN READ WRITE; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid(); COMMIT")
+            }
+            let ready = try await api.send("GET", "/readyz")
+            #expect(ready.status == 503)
+            #expect(ready.errorCode == "database_unavailable")
+            #expect(ready.text.contains("read-only"), "\(ready.text)")
+            let write = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            #expect(write.status == 503, "\(write.text)")
+            #expect(write.errorCode == "database_unavailable")
+            #expect(write.header("Retry-After") != nil)
+            try await toggle(false)
+            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#).status == 201)
+        }
+    }
+
     /// A wrong password was answered "the database is not reachable": readiness now names the class of the cause
     /// (from libpq's PQconnectionUsedPassword, not its message text), never the text itself.
     @Test(.enabled(if: ProcessInfo.processInfo.environment["DATABASE_URL"]?.hasPrefix("postgresql://") == true))
