@@ -82,6 +82,25 @@ if ! scripts/fuzz.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals";
   failed+=("fuzzing")
 fi
 
+# High availability on a real cluster (scripts/cluster.sh: pg_auto_failover, a monitor and two PostgreSQL 15 nodes with
+# synchronous replication, one PgBouncer per node), through the real `poopypals serve` under load: a killed primary,
+# a hung primary, a killed synchronous standby and a switchover, then the switchover again behind PgBouncer. Only on
+# the project's own servers (not with DATABASE_URL), and where pg_auto_failover is installed or installable (root).
+if [ -z "${DATABASE_URL:-}" ]; then
+  echo
+  echo "== failover on a pg_auto_failover cluster (scripts/failover.py) =="
+  if ! command -v pg_autoctl >/dev/null && [ "$(id -u)" != 0 ]; then
+    echo "test: NOT RUN: the failover scenarios (install pg-auto-failover-cli, postgresql-15-auto-failover and pgbouncer, or run as root)" >&2
+  else
+    bin="$("$SWIFT" build --show-bin-path)/poopypals"
+    if ! { python3 scripts/failover.py --binary "$bin" --scenario all --keep-cluster \
+           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer; }; then
+      failed+=("failover")
+    fi
+    scripts/cluster.sh stop >/dev/null 2>&1 || true
+  fi
+fi
+
 echo
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2

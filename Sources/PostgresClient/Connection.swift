@@ -72,11 +72,40 @@ public final class Connection {
         keywords.append("client_encoding")
         values.append("UTF8")
         let expand: Int32 = configuration.connectionString == nil ? 0 : 1
-        // Both arrays end with NULL, as libpq expects.
-        let raw = withCStringArray(keywords + [nil]) { keywordPointers in
-            withCStringArray(values + [nil]) { valuePointers in
-                PQconnectdbParams(keywordPointers, valuePointers, expand)
+        var search = WritableHostSearch(connectionString: configuration.connectionString)
+        var hostOverride: (host: String, port: String)?
+        var raw: OpaquePointer?
+        while true {
+            var attemptKeywords = keywords
+            var attemptValues = values
+            if search.checksWritability {
+                // The check below replaces libpq's, which believes what a pooler reports: a PgBouncer goes on
+                // saying "read-only" (or "read-write") after its node was promoted (or demoted), so libpq's check
+                // refused the new primary's PgBouncer for as long as it was asked.
+                attemptKeywords.append("target_session_attrs")
+                attemptValues.append("any")
             }
+            if let hostOverride {  // after the string: these hosts, in this order, replace the URL's
+                attemptKeywords += ["host", "port"]
+                attemptValues += [hostOverride.host, hostOverride.port]
+            }
+            // Both arrays end with NULL, as libpq expects.
+            raw = withCStringArray(attemptKeywords + [nil]) { keywordPointers in
+                withCStringArray(attemptValues + [nil]) { valuePointers in
+                    PQconnectdbParams(keywordPointers, valuePointers, expand)
+                }
+            }
+            guard let connected = raw, PQstatus(connected) == CONNECTION_OK, search.checksWritability,
+                  WritableHostSearch.isStandby(connected) == true else { break }
+            // A standby passed for writable (a pooler's stale report): try the URL's next host, if any.
+            guard let next = search.dropHost(of: connected) else {
+                PQfinish(connected)
+                throw PostgresClientError(.connectionFailed,
+                    "cannot connect to PostgreSQL: every host of the connection string is a standby (read-only)",
+                    connectionFailure: .unreachable)
+            }
+            PQfinish(connected)
+            hostOverride = next
         }
         guard let raw else { throw PostgresClientError(.connectionFailed, "libpq could not allocate a connection") }
         handle = ConnectionHandle(raw)

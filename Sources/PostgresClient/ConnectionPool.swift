@@ -152,7 +152,7 @@ public final class ConnectionPool: Sendable {
                 switch checkout {
                 case .ready(let slot): start(slot)
                 case .fail(let error): continuation.resume(throwing: error)
-                case .wait: startTimer(for: id, limits: limits)
+                case .wait: startTimer(for: id)
                 }
             }
         } onCancel: {
@@ -230,12 +230,11 @@ public final class ConnectionPool: Sendable {
         }
     }
 
-    private func startTimer(for id: Int, limits: RoundTripLimits?) {
-        var timeout = configuration.acquireTimeout
-        // A request's deadline bounds its wait for a connection too.
-        if let remaining = limits?.remaining(now: RoundTripWatch.now()) {
-            timeout = min(timeout, .nanoseconds(max(0, remaining)))
-        }
+    /// The wait for a connection has its own bound (`acquireTimeout`), not the request's deadline: a burst that
+    /// queues for connections is overload, answered `busy`, while the deadline is about a database that stopped
+    /// answering.
+    private func startTimer(for id: Int) {
+        let timeout = configuration.acquireTimeout
         let timer = Task { [weak self] in
             guard (try? await Task.sleep(for: timeout)) != nil, let self else { return }
             let waiting = statistics

@@ -6,26 +6,30 @@ public struct RoundTripLimits: Sendable, Equatable {
     public var deadline: Int64?
     /// The longest one round trip may be in flight, in nanoseconds.
     public var perRoundTrip: Int64?
+    /// No round trip is abandoned before it has been in flight this long, in nanoseconds, whatever the deadline:
+    /// the server's own `statement_timeout` gets its chance to answer first (a clear 57014, nothing committed),
+    /// also when connecting or waiting for a connection took much of the deadline on a loaded machine.
+    public var minimumInFlight: Int64?
 
-    public init(deadline: Int64? = nil, perRoundTrip: Int64? = nil) {
+    public init(deadline: Int64? = nil, perRoundTrip: Int64? = nil, minimumInFlight: Int64? = nil) {
         self.deadline = deadline
         self.perRoundTrip = perRoundTrip
+        self.minimumInFlight = minimumInFlight
     }
 
-    /// A deadline `duration` from now.
+    /// A deadline `duration` from now, and no round trip abandoned before it has been in flight that long.
     public static func within(_ duration: Duration) -> RoundTripLimits {
-        RoundTripLimits(deadline: RoundTripWatch.now() &+ duration.nanoseconds)
+        RoundTripLimits(deadline: RoundTripWatch.now() &+ duration.nanoseconds, minimumInFlight: duration.nanoseconds)
     }
 
     /// True when a round trip sent at `sentAt` has outlived these limits at `now`.
     func expired(sentAt: Int64, now: Int64) -> Bool {
+        let inFlight = now &- sentAt
+        if let minimumInFlight, inFlight < minimumInFlight { return false }
         if let deadline, now >= deadline { return true }
-        if let perRoundTrip, now &- sentAt >= perRoundTrip { return true }
+        if let perRoundTrip, inFlight >= perRoundTrip { return true }
         return false
     }
-
-    /// Nanoseconds left before the deadline (nil: none set).
-    func remaining(now: Int64) -> Int64? { deadline.map { $0 &- now } }
 }
 
 extension Duration {

@@ -139,4 +139,19 @@ struct UnitTests {
         #expect(ConnectionStringSecrets.password(in: "host=x password='p w' user=u") == "p w")
         #expect(ConnectionStringSecrets.password(in: "postgresql://u:raw%zzpw@h/db") == "raw%zzpw")
     }
+
+    /// Behind one PgBouncer per node, libpq trusted a pooler's stale "read-write" and settled on a standby after a
+    /// switchover (every write 25006, for good): the hosts of a URL that asks for a writable server are known, so
+    /// that a standby's can be skipped.
+    @Test func aURLAskingForAWritableServerListsItsHostsInOrder() {
+        let two = WritableHostSearch(connectionString: "postgresql://u:p@127.0.0.1:54311,127.0.0.1:54312/db?target_session_attrs=read-write")
+        #expect(two.candidates?.map { "\($0.host):\($0.port)" } == ["127.0.0.1:54311", "127.0.0.1:54312"])
+        let onePort = WritableHostSearch(connectionString: "host=a,b port=5432 dbname=x target_session_attrs=primary")
+        #expect(onePort.candidates?.map { "\($0.host):\($0.port)" } == ["a:5432", "b:5432"])
+        for unchecked in ["postgresql://u@a,b/db", "postgresql://u@a,b/db?target_session_attrs=any",
+                          "host=a hostaddr=10.0.0.1 target_session_attrs=read-write", "host=/tmp/s target_session_attrs=read-write"] {
+            #expect(!WritableHostSearch(connectionString: unchecked).checksWritability, "\(unchecked)")
+        }
+        #expect(!WritableHostSearch(connectionString: nil).checksWritability)
+    }
 }

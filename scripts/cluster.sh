@@ -1,0 +1,641 @@
+#!/usr/bin/env bash
+# A local pg_auto_failover 2.0 formation for failover tests (scripts/failover.py): a monitor and two PostgreSQL 15
+# nodes with synchronous replication, one PgBouncer (transaction pooling) per node, all on 127.0.0.1.
+#
+#   scripts/cluster.sh install         apt-get install pg-auto-failover-cli, postgresql-15-auto-failover, pgbouncer
+#                                      when missing (start does it itself)
+#   scripts/cluster.sh start           ensure the formation runs with a primary and a secondary in sync; print the
+#                                      multi-host URL (target_session_attrs=read-write) on stdout
+#   scripts/cluster.sh url | pgbouncer-url   the multi-host URL, direct or through the two PgBouncers
+#   scripts/cluster.sh pgbouncer-restart     restart both PgBouncers (they cache their node's in_hot_standby: see
+#                                      below); print pgbouncer-url
+#   scripts/cluster.sh status          which node is primary / secondary, with ports (pg_autoctl show state)
+#   scripts/cluster.sh primary-port | secondary-port
+#   scripts/cluster.sh node-pids PORT  the node's keeper, its postmaster and every backend (one a line)
+#   scripts/cluster.sh kill-node PORT  kill -9 of all of them (a crash)
+#   scripts/cluster.sh hang-node PORT  SIGSTOP of all of them, keeper included (the machine stalls, not just
+#                                      PostgreSQL); resume-node PORT sends SIGCONT
+#   scripts/cluster.sh restart-node PORT   start the node's keeper again after a kill: it rejoins as secondary
+#   scripts/cluster.sh switchover      pg_autoctl perform switchover, bounded in time
+#   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and a secondary in sync
+#   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
+#   scripts/cluster.sh reset           stop and delete the state
+#
+# State lives in .cluster/ (or /tmp/poopypals-cluster-<cksum of the checkout> when the postgres user cannot enter
+# the checkout, as scripts/db.sh does for .pg): data folders, pg_autoctl's config (XDG_* point there), logs
+# (monitor.log, node1.log, node2.log are the keepers'; PostgreSQL's own are in <pgdata>/log/), PIDs, ports.
+# Ports: the first free from 54300 (monitor), 54301 and 54302 (nodes), 54311 and 54312 (PgBouncers); the
+# project's other servers use 55432, 55418 and 555xx. Throw-away: fsync is off; synchronous_commit stays as
+# pg_auto_failover sets it, because synchronous replication is what the failover tests are about.
+# PgBouncer caches the startup parameters of its first server connection (in_hot_standby among them) and gives them
+# to every login: after a failover libpq's target_session_attrs=read-write trusts that stale answer, so the
+# PgBouncer URL can lead to the standby (25006) or to a dead node until the PgBouncers restart (pgbouncer-restart).
+# Logins: the app role `poopypals` (LOGIN CREATEDB CREATEROLE, not a superuser, owner of the database `poopypals`,
+# as scripts/db.sh makes it) authenticates with scram-sha-256 over TCP; pg_auto_failover's own roles and the
+# local socket (a private folder) are trusted on loopback.
+set -euo pipefail
+
+say() { echo "cluster: $*" >&2; }
+die() { echo "cluster: error: $*" >&2; exit 1; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BINDIR=/usr/lib/postgresql/15/bin
+EXTENSION_CONTROL=/usr/share/postgresql/15/extension/pgautofailover.control
+FALLBACK_STATE=/tmp/poopypals-cluster-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+
+# --- failure detection, tuned for seconds (pg_auto_failover's defaults take ~50 s to fail over) ---------------
+# Monitor (PostgreSQL GUCs of the pgautofailover extension, in milliseconds).
+HEALTH_CHECK_PERIOD=1000        # default 5000: probe every node every second
+HEALTH_CHECK_TIMEOUT=2000       # default 5000: connect timeout of a probe; a SIGSTOPped postmaster accepts TCP (the
+                                # kernel does) but never answers, so this is what detects a hang. 2 s, not 1 s:
+                                # this 2-core machine may be compiling Swift at the same time
+HEALTH_CHECK_MAX_RETRIES=1      # default 2
+HEALTH_CHECK_RETRY_DELAY=500    # default 2000
+NODE_UNHEALTHY_TIMEOUT=4000     # default 20000: a node is failed over only when its probe fails AND its keeper has
+                                # not reported for this long (a keeper reports every second: four missed reports)
+PRIMARY_DEMOTE_TIMEOUT=8000     # default 30000: after deciding to fail over, how long the monitor waits for an
+                                # unreachable primary to have demoted itself before promoting the standby
+STARTUP_GRACE_PERIOD=2000       # default 10000: no failover decision this soon after the monitor starts
+# Keeper (pg_autoctl config set, seconds).
+NETWORK_PARTITION_TIMEOUT=4     # default 20: a primary that reaches neither the monitor nor any standby demotes
+                                # itself after this long. The split-brain guard: it must stay BELOW the monitor's
+                                # primary demote timeout (4 s < 8 s; the monitor only starts that clock after the
+                                # 4 s unhealthy timeout, so an isolated primary is read-only ~8 s before a promotion)
+PREPARE_PROMOTION_CATCHUP=5     # default 30: how long a standby about to be promoted waits to catch up
+PREPARE_PROMOTION_WALRECEIVER=2 # default 5: how long it waits for its WAL receiver to stop
+RESTART_FAILURE_TIMEOUT=5       # default 20: how long a keeper retries starting its PostgreSQL before reporting it
+                                # down (postgresql_restart_failure_max_retries stays 3)
+# There is no setting for the keeper's own loop: it reports to the monitor every second (compiled in), so there
+# is no "replication.sleep" to tune.
+# Measured here (2 cores): a killed primary is replaced ~13 s after the kill, a SIGSTOPped one ~14.5 s (declared
+# unhealthy after ~4-5 s, then the 8 s demote timeout, then ~1 s promotion); a lost synchronous standby stalls
+# commits ~4 s, until the primary is told to drop synchronous replication (wait_primary); `perform switchover`
+# takes ~10 s in all, writes pause 1.5-6.5 s of it. A restarted old primary rejoins (pg_rewind) in ~1-5 s.
+
+# Run a server command as the cluster owner: `postgres` when we are root (PostgreSQL refuses root).
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+locate_state() {
+  STATE=$ROOT/.cluster
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql-15 creates it)"
+    # The postgres user must reach the data folders; a checkout under /root is not reachable: use /tmp instead.
+    runuser -u postgres -- test -x "$ROOT" || STATE=$FALLBACK_STATE
+  fi
+  MONITOR_DATA=$STATE/monitor
+  XDG=$STATE/xdg
+}
+
+# A short socket folder: Unix socket paths are limited to ~107 bytes.
+socket_dir() {
+  if [ -f "$STATE/socket_dir" ]; then cat "$STATE/socket_dir"; return; fi
+  local dir=$STATE/run
+  [ ${#dir} -le 80 ] || dir=/tmp/poopypals-csock-$(echo "$STATE" | cksum | cut -d' ' -f1)
+  echo "$dir"
+}
+
+# pg_autoctl finds its config, state and pid files through the XDG folders, and its local server through PGHOST.
+autoctl_env() {
+  echo HOME="$(getent passwd "$(as_owner id -un)" | cut -d: -f6)" XDG_CONFIG_HOME="$XDG/config" \
+    XDG_DATA_HOME="$XDG/data" XDG_RUNTIME_DIR="$XDG/run" PGHOST="$SOCK" PGCONNECT_TIMEOUT=5
+}
+autoctl() {
+  # shellcheck disable=SC2046  # autoctl_env prints NAME=value words without spaces
+  as_owner env $(autoctl_env) pg_autoctl "$@"
+}
+
+# --- ports -----------------------------------------------------------------------------------------------
+# Busy: something listens there, or a TCP socket (a client's local end included: 543xx is inside the kernel's
+# ephemeral range, 32768-60999 here) holds it. TIME-WAIT leftovers of our own earlier run do not count.
+port_busy() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+  [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
+}
+pick_port() {
+  local port=$1; shift
+  while port_busy "$port" || [[ " $* " == *" $port "* ]]; do
+    port=$((port + 1))
+    [ "$port" -lt 54400 ] || die "no free port between $1 and 54399"
+  done
+  echo "$port"
+}
+port_of() { awk -v n="$1" '$1 == n { print $2 }' "$STATE/ports" 2>/dev/null; }
+node_of_port() {
+  local name; name=$(awk -v p="$1" '$2 == p && $1 ~ /^node/ { print $1 }' "$STATE/ports" 2>/dev/null)
+  [ -n "$name" ] || die "no node of this cluster on port $1 (nodes: $(port_of node1) $(port_of node2))"
+  echo "$name"
+}
+
+# --- processes ---------------------------------------------------------------------------------------------
+# Alive and not a zombie (PID 1 here reaps orphans only every few seconds; kill -0 succeeds on a zombie).
+alive() {
+  [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+  local stat; stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }; [ "${stat%% *}" != Z ]
+}
+any_alive() { local pid; for pid in "$@"; do alive "$pid" && return 0; done; return 1; }
+# The keeper (pg_autoctl run) of node1/node2/monitor, when running.
+keeper_pid() {
+  local pid; pid=$(cat "$STATE/$1.pid" 2>/dev/null || true)
+  if alive "$pid" && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q "pg_autoctl"; then echo "$pid"; fi
+}
+postmaster_pid() {
+  local pid; pid=$(head -1 "$1/postmaster.pid" 2>/dev/null || true)
+  if alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ]; then echo "$pid"; fi
+}
+# $@ and all their descendants (PostgreSQL's backends call setsid(), so sessions do not find them; parents do).
+with_descendants() {
+  [ $# -gt 0 ] || return 0
+  ps -eo pid=,ppid=,stat= | awk -v roots="$*" '
+    { parent[$1] = $2; zombie[$1] = ($3 ~ /^Z/) }
+    END {
+      n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1
+      do { added = 0; for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; added = 1 } } while (added)
+      for (p in keep) if ((p in parent) && !zombie[p]) print p
+    }' | sort -n
+}
+# Keeper processes first (the supervisor and its services), then PostgreSQL's, so a stop or kill leaves no window
+# in which the keeper sees its PostgreSQL gone and restarts it.
+node_pids() {
+  local name=$1 roots=()
+  local keeper; keeper=$(keeper_pid "$name")
+  local pm; pm=$(postmaster_pid "$STATE/$name")
+  [ -n "$keeper" ] && roots+=("$keeper")
+  [ -n "$pm" ] && roots+=("$pm")
+  local pids; pids=$(with_descendants "${roots[@]}")
+  [ -n "$pids" ] || return 0
+  local pid
+  for pid in $pids; do [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = pg_autoctl ] && echo "$pid"; done
+  for pid in $pids; do [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != pg_autoctl ] && echo "$pid"; done
+  return 0
+}
+
+# Start `pg_autoctl run` in the background, in a session of its own, as the postgres user; keep its PID and log.
+launch_keeper() {
+  local name=$1 pgdata=$2 log=$STATE/$1.log
+  echo "=== $(date -u +%FT%TZ) pg_autoctl run (scripts/cluster.sh) ===" >>"$log"
+  # shellcheck disable=SC2046
+  if [ "$(id -u)" = 0 ]; then
+    # setsid execs (a background job of a script is no group leader), setpriv execs: $! is pg_autoctl itself.
+    setsid setpriv --reuid=postgres --regid=postgres --init-groups env $(autoctl_env) \
+      pg_autoctl run --pgdata "$pgdata" >>"$log" 2>&1 </dev/null &
+  else
+    setsid env $(autoctl_env) pg_autoctl run --pgdata "$pgdata" >>"$log" 2>&1 </dev/null &
+  fi
+  echo $! >"$STATE/$name.pid"
+  local deadline=$((SECONDS + 5))
+  while [ -z "$(keeper_pid "$name")" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  [ -n "$(keeper_pid "$name")" ] || { tail -20 "$log" >&2; die "the $name keeper did not start"; }
+}
+
+# --- monitor queries (always bounded: a hung node must not hang us) -------------------------------------------
+psql_socket() {  # PORT SQL...  as the postgres superuser over the private socket, 5 s at most
+  local port=$1; shift
+  as_owner timeout 5 "$BINDIR/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres "$@"
+}
+# name reported goal health, one node a line
+node_states() {
+  psql_socket "$(port_of monitor)" -d pg_auto_failover -F ' ' -c \
+    "SELECT nodename, reportedstate, goalstate, health FROM pgautofailover.node ORDER BY nodeid" 2>/dev/null
+}
+node_in_state() {  # STATE... → the name of the node whose reported and assigned states are one of them
+  node_states | awk -v want=" $* " 'index(want, " " $2 " ") && $2 == $3 { print $1; exit }'
+}
+port_in_state() { local n; n=$(node_in_state "$@"); [ -n "$n" ] && port_of "$n"; }
+
+# Healthy: a primary and a secondary, both as assigned and answering the monitor's probes, and the secondary
+# streaming as a synchronous (quorum) standby of the primary.
+healthy() {
+  local states; states=$(node_states) || return 1
+  local primary secondary
+  primary=$(echo "$states" | awk '$2 == "primary" && $3 == "primary" && $4 == 1 { print $1; exit }')
+  secondary=$(echo "$states" | awk '$2 == "secondary" && $3 == "secondary" && $4 == 1 { print $1; exit }')
+  [ -n "$primary" ] && [ -n "$secondary" ] || return 1
+  local in_sync
+  in_sync=$(psql_socket "$(port_of "$primary")" -d postgres -c \
+    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')
+       AND current_setting('synchronous_standby_names') <> ''" 2>/dev/null) || return 1
+  [ "${in_sync:-0}" -ge 1 ]
+}
+
+explain_timeout() {
+  autoctl show state --monitor "$(monitor_url)" >&2 2>&1 || true
+  local name
+  for name in monitor node1 node2; do
+    [ -f "$STATE/$name.log" ] || continue
+    echo "--- last lines of $STATE/$name.log" >&2; tail -15 "$STATE/$name.log" >&2
+  done
+}
+
+wait_healthy() {
+  local seconds=${1:-60} deadline
+  deadline=$((SECONDS + seconds))
+  until healthy; do
+    [ $SECONDS -lt $deadline ] || { explain_timeout; die "no primary with a secondary in sync after ${seconds}s"; }
+    sleep 0.5
+  done
+}
+
+monitor_url() { echo "postgres://autoctl_node@127.0.0.1:$(port_of monitor)/pg_auto_failover?sslmode=disable"; }
+
+# --- install ---------------------------------------------------------------------------------------------
+pgbouncer_bin() { command -v pgbouncer 2>/dev/null || { [ -x /usr/sbin/pgbouncer ] && echo /usr/sbin/pgbouncer; }; }
+missing_packages() {
+  command -v pg_autoctl >/dev/null 2>&1 || echo pg-auto-failover-cli
+  { [ -f "$EXTENSION_CONTROL" ] && [ -x "$BINDIR/postgres" ]; } || echo postgresql-15-auto-failover
+  pgbouncer_bin >/dev/null || echo pgbouncer
+}
+install_packages() {
+  local missing; missing=$(missing_packages | tr '\n' ' ')
+  [ -n "${missing// /}" ] || return 0
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    || die "missing: $missing(Debian/Ubuntu, as root: apt-get install $missing)"
+  say "installing $missing"
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; } \
+    || die "apt-get install $missing failed"
+}
+
+# --- creation --------------------------------------------------------------------------------------------
+# pg_autoctl sizes shared_buffers & co. from the host (25% of its memory: 6 GB here, per server) and starts
+# PostgreSQL with the default socket folder. Our own initdb lets these lines apply from the very first start:
+# pg_autoctl includes its file at the top of postgresql.conf, so what we append wins. A standby's copy comes
+# from pg_basebackup, so these lines and pg_hba.conf hold on every node.
+server_settings() {
+  cat <<CONF
+
+# --- poopypals failover cluster (scripts/cluster.sh): throw-away, local-only ---
+shared_buffers = 128MB
+work_mem = 4MB
+maintenance_work_mem = 64MB
+effective_cache_size = 1GB
+unix_socket_directories = '$SOCK'
+unix_socket_permissions = 0700
+fsync = off
+# pg_basebackup (a standby's first copy) waits for a spread checkpoint: 90 s and more with the default 0.9.
+checkpoint_completion_target = 0
+# synchronous_commit is left as pg_auto_failover sets it (on): synchronous replication is the point.
+# full_page_writes stays on: pg_rewind (an old primary rejoining) needs it.
+wal_keep_size = '512MB'
+# A silent peer (a SIGSTOPped primary) is noticed in 10 s instead of 60 s (pg_auto_failover sets 30 s).
+wal_sender_timeout = '10s'
+wal_receiver_timeout = '10s'
+CONF
+}
+
+init_data() {  # PGDATA
+  as_owner "$BINDIR/initdb" -D "$1" -U postgres -E UTF8 --locale=C.UTF-8 --auth=trust >"$STATE/initdb.log" 2>&1 \
+    || { cat "$STATE/initdb.log" >&2; die "initdb $1 failed"; }
+  server_settings | as_owner tee -a "$1/postgresql.conf" >/dev/null
+}
+
+create_monitor() {
+  init_data "$MONITOR_DATA"
+  as_owner tee -a "$MONITOR_DATA/postgresql.conf" >/dev/null <<CONF
+pgautofailover.health_check_period = $HEALTH_CHECK_PERIOD
+pgautofailover.health_check_timeout = $HEALTH_CHECK_TIMEOUT
+pgautofailover.health_check_max_retries = $HEALTH_CHECK_MAX_RETRIES
+pgautofailover.health_check_retry_delay = $HEALTH_CHECK_RETRY_DELAY
+pgautofailover.node_considered_unhealthy_timeout = $NODE_UNHEALTHY_TIMEOUT
+pgautofailover.primary_demote_timeout = $PRIMARY_DEMOTE_TIMEOUT
+pgautofailover.startup_grace_period = $STARTUP_GRACE_PERIOD
+CONF
+  # --listen is missing from create monitor's help, yet needed: the default listens on every interface.
+  autoctl create monitor --pgctl "$BINDIR/pg_ctl" --pgdata "$MONITOR_DATA" --pgport "$(port_of monitor)" \
+    --hostname 127.0.0.1 --listen 127.0.0.1 --auth trust --no-ssl >>"$STATE/monitor.log" 2>&1 \
+    || { tail -20 "$STATE/monitor.log" >&2; die "pg_autoctl create monitor failed"; }
+}
+
+create_node() {  # NAME
+  local name=$1 pgdata=$STATE/$1
+  if [ "$name" = node1 ]; then
+    init_data "$pgdata"
+    # First match wins: the app login needs its password over TCP; pg_auto_failover's roles (health checks,
+    # replication, pg_rewind) and the private socket are trusted on loopback only.
+    as_owner tee "$pgdata/pg_hba.conf" >/dev/null <<'HBA'
+# scripts/cluster.sh (pg_autoctl --skip-pg-hba leaves this file alone; standbys get a copy)
+local   all           all                         trust
+host    all           poopypals   127.0.0.1/32    scram-sha-256
+host    all           all         127.0.0.1/32    trust
+local   replication   all                         trust
+host    replication   all         127.0.0.1/32    trust
+HBA
+  fi  # node2 is made by pg_basebackup from node1: its folder must not exist
+  # shellcheck disable=SC2046
+  as_owner timeout 120 env $(autoctl_env) pg_autoctl create postgres --pgctl "$BINDIR/pg_ctl" --pgdata "$pgdata" \
+    --pgport "$(port_of "$name")" --listen 127.0.0.1 --hostname 127.0.0.1 --name "$name" \
+    --monitor "$(monitor_url)" --skip-pg-hba --no-ssl --username postgres --dbname postgres \
+    >>"$STATE/$name.log" 2>&1 || { tail -25 "$STATE/$name.log" >&2; die "pg_autoctl create postgres ($name) failed"; }
+  local setting
+  for setting in "timeout.network_partition_timeout $NETWORK_PARTITION_TIMEOUT" \
+                 "timeout.prepare_promotion_catchup $PREPARE_PROMOTION_CATCHUP" \
+                 "timeout.prepare_promotion_walreceiver $PREPARE_PROMOTION_WALRECEIVER" \
+                 "timeout.postgresql_restart_failure_timeout $RESTART_FAILURE_TIMEOUT"; do
+    # shellcheck disable=SC2086
+    autoctl config set --pgdata "$pgdata" $setting >/dev/null 2>>"$STATE/$name.log" \
+      || die "pg_autoctl config set $setting ($name) failed"
+  done
+}
+
+wait_node_state() {  # NAME STATE SECONDS
+  local deadline=$((SECONDS + $3))
+  until node_states | awk -v n="$1" -v s="$2" '$1 == n && $2 == s && $3 == s { found = 1 } END { exit !found }' \
+        && psql_socket "$(port_of "$1")" -d postgres -c "SELECT 1" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { explain_timeout; die "$1 did not reach state $2 within $3 s"; }
+    sleep 0.3
+  done
+}
+
+create_cluster() {
+  say "creating a pg_auto_failover formation in $STATE"
+  stop_all quiet
+  rm -rf "$STATE" "$(socket_dir)"
+  mkdir -p "$STATE" "$XDG/config" "$XDG/data" "$XDG/run"
+  SOCK=$(socket_dir); mkdir -p "$SOCK"; echo "$SOCK" >"$STATE/socket_dir"
+  local m n1 n2 b1 b2
+  m=$(pick_port 54300); n1=$(pick_port 54301 "$m"); n2=$(pick_port 54302 "$m" "$n1")
+  b1=$(pick_port 54311 "$m" "$n1" "$n2"); b2=$(pick_port 54312 "$m" "$n1" "$n2" "$b1")
+  printf 'monitor %s\nnode1 %s\nnode2 %s\npgbouncer1 %s\npgbouncer2 %s\n' "$m" "$n1" "$n2" "$b1" "$b2" >"$STATE/ports"
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/password"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
+  chmod 700 "$STATE" "$SOCK"
+
+  create_monitor
+  launch_keeper monitor "$MONITOR_DATA"
+  create_node node1
+  launch_keeper node1 "$STATE/node1"
+  wait_node_state node1 single 60
+  # The app's login, made on the primary before the standby exists, so the base backup carries it.
+  as_owner timeout 10 "$BINDIR/psql" -q -X -v ON_ERROR_STOP=1 -h "$SOCK" -p "$n1" -U postgres -d postgres \
+    -v pw="$(cat "$STATE/password")" >/dev/null <<'SQL'
+CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
+CREATE DATABASE poopypals OWNER poopypals;
+SQL
+  create_node node2
+  launch_keeper node2 "$STATE/node2"
+  touch "$STATE/created"
+}
+
+# --- PgBouncer, one per node, like scripts/db.sh start_pgbouncer --------------------------------------------
+pgbouncer_pid() { local pid; pid=$(cat "$STATE/$1/pgbouncer.pid" 2>/dev/null || true); alive "$pid" && echo "$pid"; return 0; }
+start_pgbouncer() {  # pgbouncer1|pgbouncer2
+  local name=$1 node=node${1#pgbouncer} dir=$STATE/$1
+  [ -z "$(pgbouncer_pid "$name")" ] || return 0
+  local bin; bin=$(pgbouncer_bin) || die "pgbouncer not found"
+  local port attempt
+  port=$(port_of "$name")
+  as_owner mkdir -p "$dir"
+  echo "\"poopypals\" \"$(cat "$STATE/password")\"" | as_owner tee "$dir/userlist.txt" >/dev/null
+  as_owner chmod 600 "$dir/userlist.txt"
+  for attempt in $(seq 10); do
+    # server_login_retry (default 15 s) is how long PgBouncer refuses logins after one failed connect to its node;
+    # server_connect_timeout (15 s) and query_wait_timeout (120 s) bound a client waiting for a server.
+    as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
+[databases]
+* = host=127.0.0.1 port=$(port_of "$node")
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits,options
+server_login_retry = 1
+server_connect_timeout = 3
+query_wait_timeout = 15
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    as_owner rm -f "$dir/pgbouncer.log"
+    as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "$name did not start"; }
+    for _ in $(seq 50); do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
+      || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "$name is not listening on $port"; }
+    say "127.0.0.1:$port is held by another socket; trying the next port"
+    # shellcheck disable=SC2046
+    port=$(pick_port $((port + 1)) $(awk '{ print $2 }' "$STATE/ports"))
+    sed -i "s/^$name .*/$name $port/" "$STATE/ports"
+  done
+  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || die "$name found no port to listen on after $attempt tries"
+}
+
+app_url() {  # the multi-host URL over the ports of $1 and $2 (node1 node2 | pgbouncer1 pgbouncer2)
+  echo "postgresql://poopypals:$(cat "$STATE/password")@127.0.0.1:$(port_of "$1"),127.0.0.1:$(port_of "$2")/poopypals?target_session_attrs=read-write"
+}
+
+# --- start / stop ----------------------------------------------------------------------------------------
+start_cluster() {
+  install_packages
+  [ -x "$BINDIR/pg_ctl" ] || die "$BINDIR/pg_ctl not found (apt-get install postgresql-15)"
+  if [ ! -f "$STATE/created" ]; then
+    create_cluster
+  else
+    SOCK=$(socket_dir); mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres: "$SOCK"
+    local name
+    for name in node1 node2; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
+    [ -n "$(keeper_pid monitor)" ] || { say "starting the monitor"; launch_keeper monitor "$MONITOR_DATA"; }
+    for name in node1 node2; do
+      [ -n "$(keeper_pid "$name")" ] || { say "starting $name"; launch_keeper "$name" "$STATE/$name"; }
+    done
+  fi
+  start_pgbouncer pgbouncer1
+  start_pgbouncer pgbouncer2
+  wait_healthy 90
+  local url; url=$(app_url node1 node2)
+  PGCONNECT_TIMEOUT=5 timeout 10 "$BINDIR/psql" "$url" -X -A -t -q -c "SELECT 1" >/dev/null \
+    || die "the formation is healthy but the app login does not connect: $STATE/node*/log/"
+  say "primary on 127.0.0.1:$(port_in_state primary), secondary on 127.0.0.1:$(port_in_state secondary) (synchronous)"
+  echo "$url"
+}
+
+# Stop in this order: PgBouncers, the monitor (so no failover starts while the nodes go), then both keepers,
+# which stop their PostgreSQL (fast mode). Whatever is still there after 20 s is killed; then nothing may remain.
+stop_all() {
+  local quiet=${1:-}
+  [ -d "$STATE" ] || return 0
+  local name pid pids
+  for name in node1 node2; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
+  for name in pgbouncer1 pgbouncer2; do
+    pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+  for name in monitor node1 node2; do
+    pid=$(keeper_pid "$name"); [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+    if [ "$name" = monitor ]; then
+      local deadline=$((SECONDS + 10))
+      while [ -n "$(keeper_pid monitor)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    fi
+  done
+  local deadline=$((SECONDS + 20))
+  while [ $SECONDS -lt $deadline ]; do
+    pids=$(leftover_pids)
+    [ -n "$pids" ] || break
+    sleep 0.3
+  done
+  pids=$(leftover_pids)
+  if [ -n "$pids" ]; then
+    say "killing what did not stop: $(echo "$pids" | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.5
+  fi
+  pids=$(leftover_pids)
+  [ -z "$pids" ] || die "still running after stop: $(echo "$pids" | tr '\n' ' ')"
+  [ -n "$quiet" ] || say "stopped (nothing of $STATE runs)"
+}
+
+# Every process of this cluster: keepers, postmasters and their children, pgbouncers; also anything whose
+# command line or working folder is in $STATE (a backend's cwd is its data folder).
+leftover_pids() {
+  local roots=() name pid
+  for name in monitor node1 node2; do
+    pid=$(keeper_pid "$name"); [ -n "$pid" ] && roots+=("$pid")
+    pid=$(postmaster_pid "$STATE/$name"); [ -n "$pid" ] && roots+=("$pid")
+  done
+  for name in pgbouncer1 pgbouncer2; do pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && roots+=("$pid"); done
+  {
+    with_descendants "${roots[@]}"
+    for pid in /proc/[0-9]*; do
+      pid=${pid#/proc/}
+      [ "$pid" = $$ ] && continue
+      local cwd; cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null || true)
+      case "$cwd/" in "$STATE"/*) echo "$pid"; continue ;; esac
+      { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qE "(pg_autoctl|postgres|pgbouncer).*$STATE/" && echo "$pid"
+    done
+    true
+  } | sort -un | while read -r pid; do
+    # Never this script or its callers (their cwd may be in the checkout, not in $STATE).
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in pg_autoctl|postgres|pgbouncer) echo "$pid" ;; esac
+  done
+}
+
+# --- faults ----------------------------------------------------------------------------------------------
+kill_node() {
+  local name=$1 pids attempt
+  for attempt in 1 2 3; do
+    pids=$(node_pids "$name")
+    [ -n "$pids" ] || break
+    # Freeze first, so no process of the node reacts (restarts, forks) while the others die.
+    # shellcheck disable=SC2086
+    kill -STOP $pids 2>/dev/null || true
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    local deadline=$((SECONDS + 5))
+    # shellcheck disable=SC2086
+    while any_alive $pids && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
+  done
+  [ -z "$(node_pids "$name")" ] || die "$name still has processes: $(node_pids "$name" | tr '\n' ' ')"
+  rm -f "$STATE/$name.stopped"
+  say "$name (port $(port_of "$name")) killed with SIGKILL"
+}
+
+hang_node() {
+  local name=$1 pids
+  pids=$(node_pids "$name")
+  [ -n "$pids" ] || die "$name is not running"
+  echo "$pids" >"$STATE/$name.stopped"
+  # shellcheck disable=SC2086
+  kill -STOP $pids
+  say "$name (port $(port_of "$name")) stopped with SIGSTOP: keeper, postmaster and backends ($(echo "$pids" | wc -l) processes)"
+}
+
+resume_node() {
+  local name=$1 pids
+  pids=$( { cat "$STATE/$name.stopped" 2>/dev/null || true; node_pids "$name"; } | sort -un)
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -CONT $pids 2>/dev/null || true
+  rm -f "$STATE/$name.stopped"
+  say "$name resumed with SIGCONT"
+}
+
+restart_node() {
+  local name=$1
+  [ -f "$STATE/$name.stopped" ] && resume_node "$name"
+  if [ -n "$(keeper_pid "$name")" ]; then say "$name's keeper is running"; return 0; fi
+  # A killed postmaster may still be a zombie (PID 1 reaps orphans late); PostgreSQL takes any process with the
+  # PID in postmaster.pid for a live server and refuses to start, so wait for it to be gone.
+  local old; old=$(head -1 "$STATE/$name/postmaster.pid" 2>/dev/null || true)
+  local deadline=$((SECONDS + 15))
+  while [ -n "$old" ] && kill -0 "$old" 2>/dev/null && [ "$(cat "/proc/$old/comm" 2>/dev/null)" = postgres ] \
+        && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  SOCK=$(socket_dir)
+  launch_keeper "$name" "$STATE/$name"
+  say "$name's keeper started again; it rejoins as a secondary (scripts/cluster.sh wait-healthy)"
+}
+
+switchover() {
+  local before; before=$(port_in_state primary wait_primary single) || true
+  # pg_autoctl waits (--wait, seconds) for the new primary; timeout bounds it if the monitor does not answer.
+  # shellcheck disable=SC2046
+  as_owner timeout 75 env $(autoctl_env) pg_autoctl perform switchover --monitor "$(monitor_url)" --wait 60 \
+    >>"$STATE/switchover.log" 2>&1 || { tail -15 "$STATE/switchover.log" >&2; die "pg_autoctl perform switchover failed"; }
+  say "switchover done: primary was 127.0.0.1:${before:-?}, is 127.0.0.1:$(port_in_state primary wait_primary || echo '?')"
+}
+
+# --- commands --------------------------------------------------------------------------------------------
+locate_state
+SOCK=$(socket_dir)
+cmd=${1:-start}
+need_cluster() { [ -f "$STATE/created" ] || die "no cluster in $STATE; run scripts/cluster.sh start"; }
+node_arg() { [ -n "${1:-}" ] || die "usage: scripts/cluster.sh $cmd PORT"; need_cluster; node_of_port "$1"; }
+
+case "$cmd" in
+  install) install_packages ;;
+  start) start_cluster ;;
+  url) need_cluster; app_url node1 node2 ;;
+  pgbouncer-url)
+    need_cluster
+    [ -n "$(pgbouncer_pid pgbouncer1)" ] && [ -n "$(pgbouncer_pid pgbouncer2)" ] || die "the PgBouncers are not running; run scripts/cluster.sh start"
+    app_url pgbouncer1 pgbouncer2 ;;
+  status)
+    need_cluster
+    [ -n "$(keeper_pid monitor)" ] || { say "the monitor is not running"; exit 1; }
+    autoctl show state --monitor "$(monitor_url)" 2>/dev/null | awk -F'|' '
+      NR > 2 && NF >= 7 { gsub(/ /, "", $1); gsub(/ /, "", $3); gsub(/ /, "", $6); gsub(/ /, "", $7)
+                          printf "%s %s %s (assigned %s)\n", $1, $3, $6, $7 }'
+    for name in pgbouncer1 pgbouncer2; do
+      [ -n "$(pgbouncer_pid "$name")" ] && echo "$name 127.0.0.1:$(port_of "$name") -> node${name#pgbouncer}"
+    done
+    healthy || { say "not healthy (no primary with a secondary in sync)"; exit 1; } ;;
+  primary-port) need_cluster; port_in_state primary wait_primary single || die "no primary right now" ;;
+  secondary-port) need_cluster; port_in_state secondary || die "no secondary right now" ;;
+  node-pids) name=$(node_arg "${2:-}"); node_pids "$name" ;;
+  kill-node) name=$(node_arg "${2:-}"); kill_node "$name" ;;
+  hang-node) name=$(node_arg "${2:-}"); hang_node "$name" ;;
+  resume-node) name=$(node_arg "${2:-}"); resume_node "$name" ;;
+  restart-node) name=$(node_arg "${2:-}"); restart_node "$name" ;;
+  pgbouncer-restart)
+    # PgBouncer caches the parameters its first server connection reported (in_hot_standby among them) and hands
+    # them to every client login, so after a failover libpq's target_session_attrs=read-write believes a stale
+    # answer. A fresh PgBouncer asks its node again: failover.py restarts them before each scenario.
+    need_cluster
+    for name in pgbouncer1 pgbouncer2; do
+      pid=$(pgbouncer_pid "$name")
+      if [ -n "$pid" ]; then
+        kill "$pid"; deadline=$((SECONDS + 10))
+        while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+        if alive "$pid"; then kill -KILL "$pid"; fi
+      fi
+      start_pgbouncer "$name"
+    done
+    app_url pgbouncer1 pgbouncer2 ;;
+  switchover) need_cluster; switchover ;;
+  wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), secondary 127.0.0.1:$(port_in_state secondary)" ;;
+  stop) stop_all ;;
+  reset)
+    stop_all quiet
+    sock=$(socket_dir); case "$sock" in /tmp/poopypals-csock-*) rm -rf "$sock" ;; esac
+    rm -rf "$STATE"; say "stopped; $STATE removed" ;;
+  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|wait-healthy [SECONDS]|stop|reset" ;;
+esac
