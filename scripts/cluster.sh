@@ -24,8 +24,10 @@
 # State lives in .cluster/ (or /tmp/poopypals-cluster-<cksum of the checkout> when the postgres user cannot enter
 # the checkout, as scripts/db.sh does for .pg): data folders, pg_autoctl's config (XDG_* point there), logs
 # (monitor.log, node1.log, node2.log are the keepers'; PostgreSQL's own are in <pgdata>/log/), PIDs, ports.
-# Ports: the first free from 54300 (monitor), 54301 and 54302 (nodes), 54311 and 54312 (PgBouncers); the
-# project's other servers use 55432, 55418 and 555xx. Throw-away: fsync is off; synchronous_commit stays as
+# Ports: the first free from 29300 (monitor), 29301 and 29302 (nodes), 29311 and 29312 (PgBouncers): below the
+# kernel's ephemeral range (32768-60999 on Linux), so that no client socket of the load takes a node's port while
+# it restarts after a kill (seen once with 543xx: the monitor could not bind its port on a restart under load).
+# The project's other servers use 55432, 55418 and 555xx. Throw-away: fsync is off; synchronous_commit stays as
 # pg_auto_failover sets it, because synchronous replication is what the failover tests are about.
 # PgBouncer caches the startup parameters of its first server connection (in_hot_standby among them) and gives them
 # to every login: after a failover libpq's target_session_attrs=read-write trusts that stale answer, so the
@@ -107,8 +109,7 @@ autoctl() {
 }
 
 # --- ports -----------------------------------------------------------------------------------------------
-# Busy: something listens there, or a TCP socket (a client's local end included: 543xx is inside the kernel's
-# ephemeral range, 32768-60999 here) holds it. TIME-WAIT leftovers of our own earlier run do not count.
+# Busy: something listens there, or a TCP socket holds it. TIME-WAIT leftovers of our own earlier run do not count.
 port_busy() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
   [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
@@ -117,7 +118,7 @@ pick_port() {
   local port=$1; shift
   while port_busy "$port" || [[ " $* " == *" $port "* ]]; do
     port=$((port + 1))
-    [ "$port" -lt 54400 ] || die "no free port between $1 and 54399"
+    [ "$port" -lt 29400 ] || die "no free port between $1 and 29399"
   done
   echo "$port"
 }
@@ -356,8 +357,8 @@ create_cluster() {
   mkdir -p "$STATE" "$XDG/config" "$XDG/data" "$XDG/run"
   SOCK=$(socket_dir); mkdir -p "$SOCK"; echo "$SOCK" >"$STATE/socket_dir"
   local m n1 n2 b1 b2
-  m=$(pick_port 54300); n1=$(pick_port 54301 "$m"); n2=$(pick_port 54302 "$m" "$n1")
-  b1=$(pick_port 54311 "$m" "$n1" "$n2"); b2=$(pick_port 54312 "$m" "$n1" "$n2" "$b1")
+  m=$(pick_port 29300); n1=$(pick_port 29301 "$m"); n2=$(pick_port 29302 "$m" "$n1")
+  b1=$(pick_port 29311 "$m" "$n1" "$n2"); b2=$(pick_port 29312 "$m" "$n1" "$n2" "$b1")
   printf 'monitor %s\nnode1 %s\nnode2 %s\npgbouncer1 %s\npgbouncer2 %s\n' "$m" "$n1" "$n2" "$b1" "$b2" >"$STATE/ports"
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/password"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"

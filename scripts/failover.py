@@ -83,14 +83,17 @@ def now_rfc3339():
 
 # --- the service ---------------------------------------------------------------------------------------------------
 class Service:
-    """`BINARY serve` on a free port (it prints `listening on http://127.0.0.1:PORT` on stdout), stopped by PID."""
+    """`BINARY serve` on free ports, stopped by PID: it prints `listening on http://127.0.0.1:PORT` and `metrics on
+    http://HOST:PORT/metrics` on stdout (`port`, `metrics`). `environment` adds to its environment (scripts/readscale.py
+    gives it a read pool)."""
 
-    def __init__(self, binary, url, statement_cache_off, log_path):
+    def __init__(self, binary, url, statement_cache_off, log_path, environment=None):
         env = dict(os.environ)
         env.update(DATABASE_URL=url, PORT="0", POOPYPALS_METRICS_PORT="0",
                    AUTH_JWT_SECRET="".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40)))
         if statement_cache_off:
             env["POOPYPALS_STATEMENT_CACHE"] = "off"
+        env.update(environment or {})
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen([binary, "serve", "--port", "0", "--metrics-port", "0"], cwd=ROOT, env=env,
@@ -98,23 +101,31 @@ class Service:
         lines = queue.Queue()
         threading.Thread(target=self._drain, args=(lines,), daemon=True).start()
         deadline = time.monotonic() + 30
-        self.port = None
-        while self.port is None:
+        self.port = self.metrics = None
+        while self.port is None or self.metrics is None:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
                 self.stop()
-                raise HarnessError(f"serve did not say where it listens (log: {log_path})")
+                missing = "where it listens" if self.port is None else "where its metrics are"
+                raise HarnessError(f"serve did not say {missing} (log: {log_path})")
             try:
-                line = lines.get(timeout=min(left, 0.5))
+                line = lines.get(timeout=min(left, 0.5)).strip()
             except queue.Empty:
                 continue
-            match = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line.strip())
+            match = re.match(r"listening on http://127\.0\.0\.1:(\d+)$", line)
             if match:
                 self.port = int(match.group(1))
+            match = re.match(r"metrics on http://([^/\s]+):(\d+)/metrics$", line)
+            if match:
+                host = match.group(1).strip("[]")
+                self.metrics = ("127.0.0.1" if host in ("0.0.0.0", "::") else host, int(match.group(2)))
 
     def _drain(self, lines):
         for raw in self.proc.stdout:
             lines.put(raw.decode(errors="replace"))
+            if not self.log.closed:
+                self.log.write(b"[stdout] " + raw)
+                self.log.flush()
 
     def stop(self):
         if self.proc.poll() is None:
@@ -125,7 +136,8 @@ class Service:
                 say(f"serve (pid {self.proc.pid}) did not stop within 15 s of SIGTERM; SIGKILL")
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        self.log.close()
+        if not self.log.closed:
+            self.log.close()
 
 
 # --- HTTP ----------------------------------------------------------------------------------------------------------
@@ -160,41 +172,60 @@ class Outcome:
         return self.ok or (self.status == 503 and bool(self.retry_after))
 
 
-def call(port, method, path, device, body=None, kind="read", log_id=None, timeout=CLIENT_TIMEOUT):
-    """One request on a connection of its own (a stale keep-alive connection must not look like a failure)."""
-    outcome = Outcome(kind, time.monotonic(), device, log_id)
-    headers = {"X-Device-ID": device}
+def exchange(port, method, path, headers, body=None, timeout=CLIENT_TIMEOUT):
+    """One request on a connection of its own (a stale keep-alive connection must not look like a failure).
+    Returns (status or None, response headers or None, payload, error name or None, seconds); scripts/readscale.py
+    uses it too."""
+    headers = dict(headers)
     data = None
     if body is not None:
         data = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    payload = b""
+    start = time.monotonic()
+    status, response_headers, payload, error = None, None, b"", None
     try:
         conn.request(method, path, body=data, headers=headers)
         response = conn.getresponse()
         payload = response.read()
-        outcome.status = response.status
-        outcome.retry_after = response.getheader("Retry-After")
+        status, response_headers = response.status, response.headers
     except TimeoutError:
-        outcome.error = "client-timeout"
+        error = "client-timeout"
     except ConnectionRefusedError:
-        outcome.error = "refused"
+        error = "refused"
     except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
-        outcome.error = "reset"
-    except (OSError, http.client.HTTPException) as error:
-        outcome.error = type(error).__name__
+        error = "reset"
+    except (OSError, http.client.HTTPException) as failure:
+        error = type(failure).__name__
     finally:
         conn.close()
-        outcome.end = time.monotonic()
-    decoded = None
-    if outcome.status is not None and payload:
-        try:
-            decoded = json.loads(payload)
-        except ValueError:
-            decoded = None
-        if outcome.status >= 400 and isinstance(decoded, dict):
-            outcome.code = (decoded.get("error") or {}).get("code")
+    return status, response_headers, payload, error, time.monotonic() - start
+
+
+def decode_json(payload):
+    """The JSON of a body, or None."""
+    try:
+        return json.loads(payload) if payload else None
+    except ValueError:
+        return None
+
+
+def error_code(decoded):
+    """The `error.code` of an error body, or None."""
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
+
+
+def call(port, method, path, device, body=None, kind="read", log_id=None, timeout=CLIENT_TIMEOUT):
+    """One request, recorded as an Outcome."""
+    outcome = Outcome(kind, time.monotonic(), device, log_id)
+    status, headers, payload, error, _ = exchange(port, method, path, {"X-Device-ID": device}, body, timeout)
+    outcome.end = time.monotonic()
+    outcome.status, outcome.error = status, error
+    outcome.retry_after = headers.get("Retry-After") if headers is not None else None
+    decoded = decode_json(payload) if status is not None else None
+    if status is not None and status >= 400:
+        outcome.code = error_code(decoded)
     return outcome, (decoded if outcome.ok else None)
 
 
@@ -481,11 +512,9 @@ def print_table(rows):
         print("  ".join(str(row[key]).ljust(width) for (key, _), width in zip(headers, widths)).rstrip())
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_common_arguments(parser):
+    """--binary, --migrations-dir and --keep-cluster, as this script and scripts/readscale.py take them; parses."""
     parser.add_argument("--binary", required=True, help="the poopypals executable")
-    parser.add_argument("--scenario", default="all", choices=SCENARIOS + ["all"])
-    parser.add_argument("--pgbouncer", action="store_true", help="serve through the two PgBouncers")
     parser.add_argument("--migrations-dir", help="default: $POOPYPALS_MIGRATIONS_DIR, else sql/ beside the binary "
                                                  "if there is one, else the checkout's sql/")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the formation running at the end")
@@ -498,6 +527,14 @@ def main():
         args.migrations_dir = os.environ.get("POOPYPALS_MIGRATIONS_DIR") or (
             beside if os.path.isdir(beside) else os.path.join(ROOT, "sql"))
     args.migrations_dir = os.path.abspath(args.migrations_dir)
+    return args
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="all", choices=SCENARIOS + ["all"])
+    parser.add_argument("--pgbouncer", action="store_true", help="serve through the two PgBouncers")
+    args = parse_common_arguments(parser)
 
     workdir = os.path.join("/tmp", f"poopypals-failover-{os.getpid()}")
     os.makedirs(workdir, exist_ok=True)

@@ -94,9 +94,13 @@ if [ -z "${DATABASE_URL:-}" ]; then
   else
     bin="$("$SWIFT" build --show-bin-path)/poopypals"
     if ! { python3 scripts/failover.py --binary "$bin" --scenario all --keep-cluster \
-           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer; }; then
+           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer --keep-cluster; }; then
       failed+=("failover")
     fi
+    # Reads on the standby that never show less than the write (Consistency-Token), with its replay delayed.
+    echo
+    echo "== reads on a standby (scripts/readscale.py) =="
+    python3 scripts/readscale.py --binary "$bin" || failed+=("reads on a standby")
     scripts/cluster.sh stop >/dev/null 2>&1 || true
   fi
 fi

@@ -9,13 +9,18 @@ public final class Database: Sendable {
     public static let serviceRole = "poopypals_app"
 
     public let pool: ConnectionPool
+    /// Where read-only device work goes when set (`POOPYPALS_READ_DATABASE_URL`: standbys); writes never do.
+    public let readPool: ConnectionPool?
     public let retryPolicy: RetryPolicy
     public let timeouts: RequestTimeouts
     private let logger = Logger(label: "poopypals.db")
     private let retries = Counter(label: "poopypals_db_retries_total")
+    private let readsOnPrimary = Counter(label: "poopypals_db_reads_on_primary_total")
 
-    public init(pool: ConnectionPool, retryPolicy: RetryPolicy = .default, timeouts: RequestTimeouts = .default) {
+    public init(pool: ConnectionPool, readPool: ConnectionPool? = nil, retryPolicy: RetryPolicy = .default,
+                timeouts: RequestTimeouts = .default) {
         self.pool = pool
+        self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
     }
@@ -47,16 +52,44 @@ public final class Database: Sendable {
     @discardableResult
     public func asDevice<T: Sendable>(
         _ device: DeviceID, idempotent: Bool = false, snapshot: Bool = false, readOnly: Bool = false,
+        consistency: ConsistencyToken? = nil,
         _ work: @escaping @Sendable (DeviceTransaction) throws -> T
+    ) async throws -> T {
+        // Read-only work goes to the read pool when there is one: there with the freshness check when the client
+        // sent a token; on the primary when the standby is behind it, or cannot be reached.
+        if readOnly || snapshot, let readPool {
+            do {
+                return try await run(on: readPool, device, idempotent: idempotent, snapshot: snapshot, readOnly: true,
+                                     freshAt: consistency, recorder: nil, work)
+            } catch let error where Self.goesToThePrimary(error) {
+                readsOnPrimary.increment()
+            }
+        }
+        return try await run(on: pool, device, idempotent: idempotent, snapshot: snapshot, readOnly: readOnly, freshAt: nil,
+                             recorder: readPool == nil || readOnly || snapshot ? nil : RequestTrace.commits, work)
+    }
+
+    /// A read the read pool could not serve: its standby is behind the client's token, or unreachable.
+    private static func goesToThePrimary(_ error: any Error) -> Bool {
+        if error is StaleStandby { return true }
+        switch PostgresClientError.find(in: error)?.kind {
+        case .connectionFailed?, .connectionLost?, .deadlineExceeded?, .poolTimeout?: return true
+        default: return PostgresError.find(in: error)?.sqlState.meansTheNodeIsUnfit ?? false
+        }
+    }
+
+    private func run<T: Sendable>(
+        on pool: ConnectionPool, _ device: DeviceID, idempotent: Bool, snapshot: Bool, readOnly: Bool,
+        freshAt: ConsistencyToken?, recorder: CommitRecorder?, _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
         // wait for a slow reader between them) bounds each round trip instead.
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         return try await withRetries(idempotent: idempotent, limits: limits) {
-            try await self.pool.withConnection(limits: limits) { connection in
+            try await pool.withConnection(limits: limits) { connection in
                 let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts,
-                                                    snapshot: snapshot, readOnly: readOnly)
+                                                    snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)

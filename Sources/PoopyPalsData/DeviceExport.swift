@@ -22,16 +22,21 @@ public struct DeviceExport: Sendable {
     /// (to wait for a slow reader) and may throw to stop; the transaction is then rolled back.
     /// - Returns: false when the device is not registered (then `consume` was never called).
     /// - Throws: what `consume` throws; `PostgresError` otherwise.
-    public func run(as device: DeviceID, _ consume: @escaping @Sendable (Part) throws -> Void) async throws -> Bool {
+    public func run(as device: DeviceID, consistency: ConsistencyToken? = nil,
+                    _ consume: @escaping @Sendable (Part) throws -> Void) async throws -> Bool {
         let fetch: PostgresQuery = "FETCH \(unescaped: String(batchSize)) FROM poopypals_export"
-        return try await database.asDevice(device, snapshot: true) { tx in
+        return try await database.asDevice(device, snapshot: true, consistency: consistency) { tx in
             // REPEATABLE READ: the device, its profile and every batch of the cursor see the same state.
-            guard let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices").first else { return false }
-            let profile = try tx.query("SELECT \(unescaped: User.columns) FROM users").first.map(User.init(row:))
+            guard let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(device.key)").first else {
+                return false
+            }
+            let profile = try tx.query("""
+                SELECT \(unescaped: User.columns) FROM users WHERE id = (SELECT d.user_id FROM devices d WHERE d.id = \(device.key))
+                """).first.map(User.init(row:))
             try consume(.header(device: try Device(row: deviceRow, id: device), profile: profile))
             try tx.query("""
                 DECLARE poopypals_export NO SCROLL CURSOR FOR
-                SELECT \(unescaped: PoopLog.columns) FROM poop_logs ORDER BY occurred_at, id
+                SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) ORDER BY occurred_at, id
                 """)
             while true {
                 let rows = try tx.query(fetch)

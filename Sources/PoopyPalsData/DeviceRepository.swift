@@ -37,6 +37,7 @@ public struct DeviceRepository: Sendable {
                 try tx.finalQuery("""
                     UPDATE devices SET model = \(info.model), os_version = \(info.osVersion), app_version = \(info.appVersion),
                         build_number = \(info.buildNumber), is_simulator = \(info.isSimulator), last_seen_at = now()
+                    WHERE id = \(device.key)
                     RETURNING \(unescaped: Device.columns), false AS inserted
                     """)
             }
@@ -46,9 +47,9 @@ public struct DeviceRepository: Sendable {
     }
 
     /// The calling device's row, or nil before it registered.
-    public func current(as device: DeviceID) async throws -> Device? {
-        try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
-            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices").first.map { try Device(row: $0, id: device) }
+    public func current(as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> Device? {
+        try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
+            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(device.key)").first.map { try Device(row: $0, id: device) }
         }
     }
 

@@ -74,7 +74,7 @@ public struct PoopLogRepository: Sendable {
                     SELECT *, true AS created FROM inserted
                     UNION ALL
                     SELECT \(unescaped: PoopLog.columns), false FROM poop_logs
-                    WHERE id = \(id) AND NOT EXISTS (SELECT FROM inserted)
+                    WHERE device_id = \(device.key) AND id = \(id) AND NOT EXISTS (SELECT FROM inserted)
                     """)
                 return try rows.first.map { (try PoopLog(row: $0), try $0.decode("created", as: Bool.self)) }
             }
@@ -96,33 +96,39 @@ public struct PoopLogRepository: Sendable {
     }
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
-    static func listQuery(after position: LogCursor?, fetch: Int) -> PostgresQuery {
+    static func listQuery(of device: DeviceID, after position: LogCursor?, fetch: Int) -> PostgresQuery {
         let limit = PageFetch.literal(atLeast: fetch)
         return if let position {
             """
             SELECT \(unescaped: PoopLog.columns) FROM poop_logs
-            WHERE (occurred_at, id) < (\(position.occurredAt), \(position.id))
+            WHERE device_id = \(device.key) AND (occurred_at, id) < (\(position.occurredAt), \(position.id))
             ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
             """
         } else {
-            "SELECT \(unescaped: PoopLog.columns) FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)"
+            """
+            SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key)
+            ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
+            """
         }
     }
 
     /// The log, or nil when it does not exist or belongs to another device.
-    public func get(_ id: UUID, as device: DeviceID) async throws -> PoopLog? {
-        try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
-            try tx.finalQuery("SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE id = \(id)").first.map(PoopLog.init(row:))
+    /// With `consistency`, never older than that write (see `ConsistencyToken`).
+    public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
+        try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
+            try tx.finalQuery("SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)")
+                .first.map(PoopLog.init(row:))
         }
     }
 
     /// Logs newest first, `limit` at a time (1…200); `before` is a `nextCursor` from an earlier page.
     /// - Throws: `InvalidField("limit" | "before", …)`.
-    public func list(before cursor: String? = nil, limit: Int = 50, as device: DeviceID) async throws -> PoopLogPage {
+    public func list(before cursor: String? = nil, limit: Int = 50, as device: DeviceID,
+                     consistency: ConsistencyToken? = nil) async throws -> PoopLogPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 200") }
         let position = try cursor.map(LogCursor.init(encoded:))
-        let query = Self.listQuery(after: position, fetch: limit + 1)  // one more tells whether a page follows
-        let logs = try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
+        let query = Self.listQuery(of: device, after: position, fetch: limit + 1)  // one more tells whether a page follows
+        let logs = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
             // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
             try tx.finalQuery(query).prefix(limit + 1).map(PoopLog.init(row:))
         }
@@ -144,7 +150,7 @@ public struct PoopLogRepository: Sendable {
                     bristol_type = COALESCE(\(patch.bristolType)::smallint, bristol_type),
                     notes = CASE WHEN \(patch.notes != nil)::boolean THEN \(notes)::text ELSE notes END,
                     updated_at = now()
-                WHERE id = \(id)
+                WHERE device_id = \(device.key) AND id = \(id)
                 RETURNING \(unescaped: PoopLog.columns)
                 """).first.map(PoopLog.init(row:))
         }
@@ -153,7 +159,7 @@ public struct PoopLogRepository: Sendable {
     /// Deletes the log; false when it does not exist or belongs to another device.
     public func delete(_ id: UUID, as device: DeviceID) async throws -> Bool {
         try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(id)").rowsAffected == 1
+            try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)").rowsAffected == 1
         }
     }
 

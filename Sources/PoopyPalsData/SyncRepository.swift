@@ -47,11 +47,11 @@ public struct SyncRepository: Sendable {
     /// Changes after `cursor` (nil: from the beginning), at most `limit`: one round trip.
     /// - Throws: `InvalidField("cursor" | "limit")`; `SyncError.cursorExpired` when tombstones the cursor had not
     ///   seen were purged (pull again from the beginning).
-    public func pull(cursor: String?, limit: Int, as device: DeviceID) async throws -> SyncPage {
+    public func pull(cursor: String?, limit: Int, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> SyncPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 500") }
         let after = try cursor.map(SyncCursor.init(encoded:))?.sequence ?? 0
-        let query = Self.pullQuery(after: after, fetch: limit + 1)
-        let (purged, rows) = try await database.asDevice(device, idempotent: true) { tx in
+        let query = Self.pullQuery(of: device, after: after, fetch: limit + 1)
+        let (purged, rows) = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
             let result = try tx.finalQuery(query)
             let purged = try result.first?.decode("purged", as: Int64?.self) ?? 0
             var changes: [(Int64, SyncChange)] = []
@@ -75,17 +75,18 @@ public struct SyncRepository: Sendable {
     /// top-level `UNION ALL … ORDER BY … LIMIT` as read everything, then sort, which made a page cost the device's
     /// whole history after the cursor (1 000 logs: 1 030 buffers and 800 pages/s at 1 M rows, against 4 600/s
     /// with the inner limits).
-    static func pullQuery(after: Int64, fetch: Int) -> PostgresQuery {
+    static func pullQuery(of device: DeviceID, after: Int64, fetch: Int) -> PostgresQuery {
         let limit = PageFetch.literal(atLeast: fetch)
         return """
-            WITH device AS (SELECT purged_through_seq FROM devices),
+            WITH device AS (SELECT purged_through_seq FROM devices WHERE id = \(device.key)),
             changes AS (
                 (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
                         l.created_at, l.updated_at, l.change_seq AS version
-                 FROM poop_logs l WHERE l.change_seq > \(after) ORDER BY l.change_seq LIMIT \(unescaped: limit))
+                 FROM poop_logs l WHERE l.device_id = \(device.key) AND l.change_seq > \(after) ORDER BY l.change_seq LIMIT \(unescaped: limit))
                 UNION ALL
                 (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
-                 FROM poop_log_tombstones t WHERE t.change_seq > \(after) ORDER BY t.change_seq LIMIT \(unescaped: limit))
+                 FROM poop_log_tombstones t WHERE t.device_id = \(device.key) AND t.change_seq > \(after)
+                 ORDER BY t.change_seq LIMIT \(unescaped: limit))
                 ORDER BY 2 LIMIT \(unescaped: limit)
             )
             SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
@@ -130,10 +131,10 @@ public struct SyncRepository: Sendable {
     private static func apply(_ operation: SyncOperation, index: Int, in tx: DeviceTransaction) throws -> SyncResult {
         switch operation {
         case .delete(let id):
-            return try tx.execute("DELETE FROM poop_logs WHERE id = \(id)") == 1 ? .deleted : .notFound
+            return try tx.execute("DELETE FROM poop_logs WHERE device_id = \(tx.device.key) AND id = \(id)") == 1 ? .deleted : .notFound
         case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
             // Locked, so that the comparison and the write see the same row.
-            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE id = \(id) FOR UPDATE"
+            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(tx.device.key) AND id = \(id) FOR UPDATE"
             let current: PoopLog
             if let locked = try tx.query(select).first.map(PoopLog.init(row:)) {
                 current = locked
@@ -160,7 +161,7 @@ public struct SyncRepository: Sendable {
             if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
             try tx.execute("""
                 UPDATE poop_logs SET occurred_at = \(occurredAt), bristol_type = \(bristolType), notes = \(notes), updated_at = now()
-                WHERE id = \(id)
+                WHERE device_id = \(tx.device.key) AND id = \(id)
                 """)
             return .updated
         }

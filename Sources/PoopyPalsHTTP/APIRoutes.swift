@@ -61,9 +61,16 @@ struct APIRoutes: Sendable {
         return try JSONResponse.make(registration.created ? .created : .ok, DeviceBody(registration.device))
     }
 
+    /// The `Consistency-Token` a read sent back (a write's answer), so that it is served no older than that write.
+    /// - Throws: `InvalidField` (400) for a value this service did not make.
+    static func consistency(_ request: Request) throws -> ConsistencyToken? {
+        guard let value = request.headers[.consistencyToken] else { return nil }
+        return try ConsistencyToken(encoded: value)
+    }
+
     @Sendable func getDevice(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
-        guard let row = try await devices.current(as: device) else { throw APIError(.notFound, "not_found", "this device is not registered") }
+        guard let row = try await devices.current(as: device, consistency: try Self.consistency(request)) else { throw APIError(.notFound, "not_found", "this device is not registered") }
         return try JSONResponse.make(.ok, DeviceBody(row))
     }
 
@@ -87,13 +94,15 @@ struct APIRoutes: Sendable {
             guard let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
             limit = value
         }
-        let page = try await logs.list(before: query.get("before"), limit: limit, as: device)
+        let page = try await logs.list(before: query.get("before"), limit: limit, as: device, consistency: try Self.consistency(request))
         return try JSONResponse.make(.ok, writing: LogPageBody(items: page.items.map(LogBody.init), nextCursor: page.nextCursor))
     }
 
     @Sendable func getLog(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
-        guard let log = try await logs.get(try Self.logID(context), as: device) else { throw APIError.notFound }
+        guard let log = try await logs.get(try Self.logID(context), as: device, consistency: try Self.consistency(request)) else {
+            throw APIError.notFound
+        }
         return try JSONResponse.make(.ok, writing: LogBody(log))
     }
 

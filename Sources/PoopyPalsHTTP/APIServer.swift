@@ -37,6 +37,8 @@ public struct APIConfiguration: Sendable {
     /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
     public var maxConnections = 8192
     public var database: ConnectionConfiguration
+    /// Standbys for read-only requests (`POOPYPALS_READ_DATABASE_URL`); nil: everything on `database`.
+    public var readDatabase: ConnectionConfiguration?
 
     public init(jwtSecret: String, database: ConnectionConfiguration) {
         self.jwtSecret = jwtSecret
@@ -44,21 +46,27 @@ public struct APIConfiguration: Sendable {
     }
 }
 
-/// The service's database pools: one for requests, one connection for readiness probes.
+/// The service's database pools: one for requests, one connection for readiness probes, and one for reads on
+/// standbys when configured.
 struct APIPools: Sendable {
     let requests: ConnectionPool
     let probe: ConnectionPool
+    let reads: ConnectionPool?
 
     init(_ configuration: APIConfiguration) {
         requests = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: configuration.poolSize,
                                                        acquireTimeout: configuration.acquireTimeout))
         probe = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: 1,
                                                     acquireTimeout: .seconds(1)))
+        reads = configuration.readDatabase.map {
+            ConnectionPool(configuration: .init(connection: $0, maxConnections: configuration.poolSize, acquireTimeout: configuration.acquireTimeout))
+        }
     }
 
     func close(cancellingInFlight: Bool = false) async {
         await requests.close(cancellingInFlight: cancellingInFlight)
         await probe.close(cancellingInFlight: cancellingInFlight)
+        await reads?.close(cancellingInFlight: cancellingInFlight)
     }
 }
 
@@ -81,14 +89,14 @@ func buildApplication(
 ) async throws -> some ApplicationProtocol {
     // Before anything creates a metric: one made before the backend exists stays a no-op for good.
     let registry = APIMetrics.registry
-    let database = Database(pool: pools.requests, timeouts: configuration.timeouts)
+    let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let routes = APIRoutes(database: database, probe: pools.probe, tokens: tokens, metrics: registry)
     // The route templates, to answer a known path with a wrong method 405 and `Allow`.
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)
     let router = Router(context: APIContext.self)
-    router.middlewares.add(RequestLogMiddleware(logger: logger))
+    router.middlewares.add(RequestLogMiddleware(logger: logger, tokensCommits: pools.reads != nil))
     router.middlewares.add(RequestMetricsMiddleware(metrics: RequestMetrics(registry: registry)))
     router.middlewares.add(ErrorMiddleware(routes: RouteTable(templates)))
     router.middlewares.add(StrictQueryMiddleware())

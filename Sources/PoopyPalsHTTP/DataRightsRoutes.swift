@@ -46,12 +46,13 @@ struct DataRightsRoutes: Sendable {
     /// pace decides how fast the database is read, and at most a few batches are held at once.
     @Sendable func exportAll(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
+        let consistency = try APIRoutes.consistency(request)
         let channel = ChunkChannel()
         let export = export
         let producer = Task {
             do {
                 let batches = BatchCounter()
-                let found = try await export.run(as: device) { part in
+                let found = try await export.run(as: device, consistency: consistency) { part in
                     switch part {
                     case .header(let device, let profile):
                         var head = Data(#"{"device":"#.utf8)

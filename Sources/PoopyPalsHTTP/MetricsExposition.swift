@@ -7,7 +7,8 @@ import Prometheus
 /// HELP, so a new swift-metrics name needs its line in `help`.
 enum MetricsExposition {
     static let help: [String: String] = [
-        "poopypals_db_retries_total": "Request transactions run again after a transient failure (serialization, deadlock, lost connection, stale statement).",
+        "poopypals_db_retries_total": "Request transactions run again after a transient failure (serialization, deadlock, lost connection, stale statement, a failover).",
+        "poopypals_db_reads_on_primary_total": "Reads meant for the read pool run on the primary instead: the standby was behind the request's Consistency-Token, or unreachable.",
         "poopypals_profile_conflicts_total": "Profile creations that met a concurrent insert (SQLSTATE 23505) and returned the existing row.",
     ]
 

@@ -8,6 +8,7 @@ import PostgresClient
 extension HTTPField.Name {
     static let requestID = HTTPField.Name("X-Request-ID")!
     static let deviceID = HTTPField.Name("X-Device-ID")!
+    static let consistencyToken = HTTPField.Name("Consistency-Token")!
 }
 
 /// Outermost: gives every request an id (the client's when it is sane), returns it in `X-Request-ID`, and
@@ -16,6 +17,8 @@ extension HTTPField.Name {
 struct RequestLogMiddleware: RouterMiddleware {
     typealias Context = APIContext
     let logger: Logger
+    /// With a read pool: a request's writes record where their commits reached, returned in `Consistency-Token`.
+    var tokensCommits = false
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -27,7 +30,15 @@ struct RequestLogMiddleware: RouterMiddleware {
         var response: Response
         do {
             // Data-layer log lines of this request carry its id too.
-            response = try await RequestTrace.$id.withValue(id) { try await next(request, context) }
+            if tokensCommits {
+                let commits = CommitRecorder()
+                response = try await RequestTrace.$id.withValue(id) {
+                    try await RequestTrace.$commits.withValue(commits) { try await next(request, context) }
+                }
+                if let token = commits.token, response.status.code < 300 { response.headers[.consistencyToken] = token.encoded }
+            } else {
+                response = try await RequestTrace.$id.withValue(id) { try await next(request, context) }
+            }
         } catch {
             // The error middleware maps everything; this is a last resort that still answers in our format.
             response = try APIError.internalError.response(from: request, context: context)

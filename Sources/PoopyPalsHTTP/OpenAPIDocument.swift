@@ -40,8 +40,8 @@ paths:
           application/json:
             schema: { $ref: '#/components/schemas/DeviceInfo' }
       responses:
-        '200': { description: Updated, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
-        '201': { description: Created, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
+        '200': { description: Updated, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
+        '201': { description: Created, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '413': { $ref: '#/components/responses/TooLarge' }
@@ -53,8 +53,10 @@ paths:
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
+        - $ref: '#/components/parameters/ConsistencyToken'
       responses:
         '200': { description: The device, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
+        '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
         '503': { $ref: '#/components/responses/Unavailable' }
@@ -99,7 +101,7 @@ paths:
                   pattern: '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$'
                   description: A random (version 4) UUID; any other is 400 `weak_device_id`
       responses:
-        '200': { description: The device under its new id, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
+        '200': { description: The device under its new id, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
@@ -117,6 +119,7 @@ paths:
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
+        - $ref: '#/components/parameters/ConsistencyToken'
       responses:
         '200':
           description: The device, its profile (absent when the device has none) and every log, oldest first
@@ -129,6 +132,7 @@ paths:
                   device: { $ref: '#/components/schemas/Device' }
                   profile: { $ref: '#/components/schemas/User' }
                   logs: { type: array, items: { $ref: '#/components/schemas/Log' } }
+        '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
         '503': { $ref: '#/components/responses/Unavailable' }
@@ -145,8 +149,8 @@ paths:
           application/json:
             schema: { $ref: '#/components/schemas/NewLog' }
       responses:
-        '200': { description: Replay of an earlier upload, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
-        '201': { description: Created, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
+        '200': { description: Replay of an earlier upload, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
+        '201': { description: Created, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '409': { $ref: '#/components/responses/Conflict' }
@@ -159,6 +163,7 @@ paths:
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
+        - $ref: '#/components/parameters/ConsistencyToken'
         - name: limit
           in: query
           schema: { type: integer, minimum: 1, maximum: 200, default: 50 }
@@ -182,6 +187,8 @@ paths:
     get:
       summary: One log (another device's log is 404, like a missing one)
       operationId: getLog
+      parameters:
+        - $ref: '#/components/parameters/ConsistencyToken'
       responses:
         '200': { description: The log, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
@@ -197,7 +204,7 @@ paths:
           application/json:
             schema: { $ref: '#/components/schemas/LogPatch' }
       responses:
-        '200': { description: The changed log, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
+        '200': { description: The changed log, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Log' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
@@ -208,7 +215,7 @@ paths:
       summary: Delete a log
       operationId: deleteLog
       responses:
-        '204': { description: Deleted }
+        '204': { description: Deleted, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
@@ -231,7 +238,7 @@ paths:
           application/json:
             schema: { $ref: '#/components/schemas/ProfileRequest' }
       responses:
-        '200': { description: The profile and the linked device, content: { application/json: { schema: { $ref: '#/components/schemas/Profile' } } } }
+        '200': { description: The profile and the linked device, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Profile' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '409': { $ref: '#/components/responses/Conflict' }
@@ -263,6 +270,7 @@ paths:
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
+        - $ref: '#/components/parameters/ConsistencyToken'
         - { name: cursor, in: query, required: false, schema: { type: string, maxLength: 64 } }
         - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 500, default: 100 } }
       responses:
@@ -288,7 +296,7 @@ paths:
           application/json:
             schema: { $ref: '#/components/schemas/SyncPush' }
       responses:
-        '200': { description: 'One result per operation, in order', content: { application/json: { schema: { $ref: '#/components/schemas/SyncResults' } } } }
+        '200': { description: 'One result per operation, in order', headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/SyncResults' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '409': { $ref: '#/components/responses/Conflict' }
@@ -344,6 +352,15 @@ components:
       in: header
       required: true
       schema: { type: string, format: uuid }
+    ConsistencyToken:
+      name: Consistency-Token
+      in: header
+      required: false
+      description: |
+        A `Consistency-Token` a write answered: this read then shows at least that write, served by a standby
+        that has replayed it, else by the primary. A value the service did not make is a 400 `invalid_field`.
+        Without it a read may be served by a standby that is behind (when the service reads from standbys).
+      schema: { type: string, pattern: '^c1\.[0-9a-f]{16}$' }
     RequestID:
       name: X-Request-ID
       in: header
@@ -355,6 +372,11 @@ components:
   headers:
     RequestID:
       schema: { type: string }
+    ConsistencyToken:
+      description: |
+        When the service reads from standbys (`POOPYPALS_READ_DATABASE_URL`): where this write's commit reached, as
+        an opaque token. Send it back as the `Consistency-Token` header of the reads that must see this write.
+      schema: { type: string, pattern: '^c1\.[0-9a-f]{16}$' }
   schemas:
     Error:
       type: object

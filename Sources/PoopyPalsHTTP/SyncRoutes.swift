@@ -20,7 +20,8 @@ struct SyncRoutes: Sendable {
             guard text.count <= 4, let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
             limit = value
         }
-        let page = try await sync.pull(cursor: query.get("cursor"), limit: limit, as: device)
+        let page = try await sync.pull(cursor: query.get("cursor"), limit: limit, as: device,
+                                       consistency: try APIRoutes.consistency(request))
         return try JSONResponse.make(.ok, SyncPageBody(page))
     }
 

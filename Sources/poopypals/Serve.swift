@@ -10,7 +10,8 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the HTTP API the app calls.",
         discussion: """
             Needs AUTH_JWT_SECRET (HS256, at least 32 characters) unless --dev is given. POOPYPALS_STATEMENT_TIMEOUT \
-            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; the client gives up on the \
+            (default 5s) and POOPYPALS_LOCK_TIMEOUT (default 2s) bound every statement; POOPYPALS_READ_DATABASE_URL \
+            (optional: standbys) serves read-only requests, no older than the Consistency-Token they send; the client gives up on the \
             database after the statement timeout plus POOPYPALS_DEADLINE_MARGIN (default 1s); POOPYPALS_IDLE_TIMEOUT (default \
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
@@ -54,6 +55,14 @@ struct Serve: AsyncParsableCommand {
         // request's path, and a loaded machine can take seconds to accept a login.
         database.connectTimeoutSeconds = 4
         var configuration = APIConfiguration(jwtSecret: try secret(environment, logger: logger), database: database)
+        if let url = environment["POOPYPALS_READ_DATABASE_URL"], !url.isEmpty {
+            var reads = ConnectionConfiguration(connectionString: url, statementCache: database.statementCache)
+            reads.connectTimeoutSeconds = database.connectTimeoutSeconds
+            do { try reads.checkConnectionString() } catch {
+                fail("POOPYPALS_READ_DATABASE_URL: \(error)", status: .checkFailed)
+            }
+            configuration.readDatabase = reads
+        }
         configuration.host = host ?? environment["POOPYPALS_HOST"] ?? "127.0.0.1"
         guard let port = port ?? Int(environment["PORT"] ?? "8080"), (0...65535).contains(port) else { fail("PORT must be 0…65535", status: .checkFailed) }
         configuration.port = port

@@ -74,7 +74,7 @@ struct QueryPlanTests {
             let deleted = Set(newest.prefix(30))
 
             for after in [Int64(0), 1_500, 3_000] {
-                let query = SyncRepository.pullQuery(after: after, fetch: 21)
+                let query = SyncRepository.pullQuery(of: device, after: after, fetch: 21)
                 // A page's worth, not the history: PostgreSQL may still read a small side whole (the 30 tombstones)
                 // and sort it, so the bound is a few pages, against 3 000.
                 let rows = try await Self.mostRowsOfAnyNode(query, as: device, database: database)

@@ -1,0 +1,111 @@
+import Foundation
+@testable import PoopyPalsData
+@testable import PoopyPalsHTTP
+import PostgresClient
+import Testing
+import TestSupport
+
+/// Reads on a read pool (`POOPYPALS_READ_DATABASE_URL`) that never show a phone less than it wrote. A real standby
+/// with a delayed replay is exercised by scripts/readscale.py on the cluster; here the read pool is the primary
+/// itself, which is always fresh: what is pinned is the token's life cycle and its validation.
+@Suite("Reads on a read pool, with Consistency-Token")
+struct ReadPoolTests {
+    @Test func theTokenIsOpaqueAndTamperingIsRefused() throws {
+        let token = try #require(ConsistencyToken(lsn: "16/B374D848"))
+        #expect(token.lsn == "16/B374D848")
+        #expect(try ConsistencyToken(encoded: token.encoded) == token)
+        #expect(ConsistencyToken(lsn: "0/0")?.position == 0)
+        #expect(ConsistencyToken(lsn: "FFFFFFFF/FFFFFFFF")?.position == UInt64.max)
+        for bad in ["", "1", "1/", "/1", "123456789/0", "g/0", "1/2/3", "+1/0", " 1/0", "１/0"] {
+            #expect(ConsistencyToken(lsn: bad) == nil, "\(bad)")
+        }
+        #expect(token.encoded == "c1.00000016b374d848")
+        #expect(try ConsistencyToken(encoded: "c1.ffffffffffffffff").position == UInt64.max)
+        for bad in ["garbage", "c2.0000000000000001", "c1.000000000000001", "c1.00000000000000001", "c1.000000000000000g",
+                    "C1.0000000000000001", "c1.000000000000000A", "c1.+00000000000001", "c1.0000000000000001 ", "c1|0/1",
+                    String(repeating: "A", count: 65)] {
+            #expect(throws: InvalidField.self, "\(bad)") { try ConsistencyToken(encoded: bad) }
+        }
+    }
+
+    @Test func writesAnswerATokenAndReadsThatSendItBackAreServed() async throws {
+        try await TestDatabase.withAPI(poolSize: 2, configure: { $0.readDatabase = $0.database }) { api, _ in
+            let device = UUID()
+            let registered = try await api.send("PUT", "/v1/device", device: device)
+            #expect(registered.status == 201)
+            let first = try ConsistencyToken(encoded: try #require(registered.header("Consistency-Token")))
+            let created = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#)
+            #expect(created.status == 201)
+            let tokenText = try #require(created.header("Consistency-Token"))
+            #expect(try ConsistencyToken(encoded: tokenText) > first)  // the WAL moved on
+            let id = try #require(created.json?["id"] as? String)
+            for path in ["/v1/logs/\(id)", "/v1/logs", "/v1/device", "/v1/sync", "/v1/export"] {
+                let read = try await api.send("GET", path, device: device, headers: ["Consistency-Token": tokenText])
+                #expect(read.status == 200, "\(path): \(read.text)")
+                #expect(read.text.contains(id) || path == "/v1/device", "\(path)")
+                #expect(read.header("Consistency-Token") == nil, "\(path): a read commits nothing")
+                let tampered = try await api.send("GET", path, device: device, headers: ["Consistency-Token": "garbage"])
+                #expect(tampered.status == 400, "\(path)")
+                #expect(tampered.errorCode == "invalid_field")
+                #expect(tampered.text.contains("Consistency-Token"))
+            }
+            // A refused write commits nothing and carries no token.
+            let refused = try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":9}"#)
+            #expect(refused.status == 400)
+            #expect(refused.header("Consistency-Token") == nil)
+        }
+    }
+
+    @Test func withoutAReadPoolThereIsNoToken() async throws {
+        try await TestDatabase.withAPI(poolSize: 1) { api, _ in
+            let device = UUID()
+            let registered = try await api.send("PUT", "/v1/device", device: device)
+            #expect(registered.status == 201)
+            #expect(registered.header("Consistency-Token") == nil)
+        }
+    }
+
+    /// The service keeps nothing between requests: two instances behind one PgBouncer (transaction pooling) store
+    /// each of 200 writes spread over both exactly once, and either reads back all of them.
+    @Test(.enabled(if: TestEnvironment.hasPgBouncer, "needs PGBOUNCER_URL"))
+    func twoInstancesBehindOnePgBouncerStoreEveryWriteOnceAndReadAll() async throws {
+        try await TestDatabase.withMigrated { db in
+            let bouncer = try db.throughPgBouncer
+            let first = try await LiveAPI.start(bouncer.configuration, poolSize: 2)
+            let second = try await LiveAPI.start(bouncer.configuration, poolSize: 2)
+            let instances = [first, second]
+            let device = UUID()
+            #expect(try await first.send("PUT", "/v1/device", device: device).status == 201)
+            #expect(try await second.send("PUT", "/v1/device", device: device).status == 200)
+            let ids = (0..<200).map { _ in UUID().uuidString.lowercased() }
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for (index, id) in ids.enumerated() {
+                    group.addTask {
+                        let body = #"{"id":"\#(id)","occurredAt":"2026-11-20T08:00:00Z","bristolType":\#(index % 7 + 1)}"#
+                        return try await instances[index % 2].send("POST", "/v1/logs", device: device, json: body).status
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0 == 201 })
+            // A replay through the other instance is recognised, not stored twice.
+            let replay = try await second.send("POST", "/v1/logs", device: device,
+                                               json: #"{"id":"\#(ids[0])","occurredAt":"2026-11-20T08:00:00Z","bristolType":1}"#)
+            #expect(replay.status == 200)
+            for api in instances {
+                let page = try await api.send("GET", "/v1/logs?limit=200", device: device)
+                let listed = (page.json?["items"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+                #expect(listed.count == 200 && Set(listed) == Set(ids))
+            }
+            let stored = try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', poopypals_device_key(\(device))::text, true)")
+                    return try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)
+                }
+            }
+            #expect(stored == 200)
+            await first.stop()
+            await second.stop()
+        }
+    }
+}
