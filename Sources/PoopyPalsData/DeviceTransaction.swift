@@ -97,8 +97,9 @@ public final class DeviceTransaction {
                 try connection.executeScript("COMMIT")
                 return
             }
+            // Committed once this returns: a position that cannot be read only costs the token, as in `run`.
             let result = try connection.executeScript("COMMIT; SELECT pg_current_wal_insert_lsn()::text")
-            try record(result, in: recorder)
+            try? record(result, in: recorder)
         } catch {
             throw TransactionError(phase: .commit, underlying: error)
         }

@@ -364,14 +364,14 @@ extension ConnectionPool {
         /// From the watchdog: abandons the round trip in flight if it outlived its borrower's limits, and asks the
         /// server to cancel it (on a thread of its own: a hung server may never answer the cancel request either).
         func abandonIfExpired(now: Int64) {
-            let expired = lock.withLock { () -> (RoundTripWatch, CancelToken)? in
+            let token = lock.withLock { () -> CancelToken? in
                 guard let running, let limits = running.borrower.limits, let sentAt = running.watch.inFlightSince,
                       !running.watch.isAbandoned, limits.expired(sentAt: sentAt, now: now) else { return nil }
                 // Under the lock: the connection, and so its socket, is alive while it runs a borrower.
                 running.watch.abandon()
-                return (running.watch, running.token)
+                return running.token
             }
-            guard let (_, token) = expired else { return }
+            guard let token else { return }
             CancelRequests.send(token)
         }
 
