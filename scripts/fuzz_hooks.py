@@ -12,7 +12,7 @@ They keep the fuzzer on the server's logic instead of its error paths, without r
 - `GET|PATCH|DELETE /v1/logs/{id}` with a well-formed id find a log under that id: the id is created first (a
   replayed create changes nothing), so these calls reach the log rather than answering 404 to random ids. Not in
   the stateful phase, whose ids come from real creates and which checks that a deleted log stays deleted.
-- Page cursors (`before`, `cursor`) of valid cases are real ones (see CURSORS).
+- Page cursors (`before`, `cursor`, and the `cursor` a push may carry) of valid cases are real ones (see CURSORS).
 """
 
 import datetime
@@ -110,6 +110,19 @@ def _swap_cursor(case, label):
         query[name] = cursor
 
 
+def _swap_push_cursor(case):
+    """POST /v1/sync takes the puller's cursor in its body: a valid case gets a real one, as on the pulls."""
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("cursor"), str) or not _is_positive(case):
+        return
+    status, page = _request("GET", "/v1/sync?limit=1", DEVICE)
+    cursor = page.get("cursor") if status == 200 and isinstance(page, dict) else None
+    if cursor is None:
+        del body["cursor"]
+    else:
+        body["cursor"] = cursor
+
+
 def _canonical_uuid(value):
     """The UUID `value` spells in the hyphenated form the server takes, else None."""
     try:
@@ -137,6 +150,8 @@ def before_call(context, case, kwargs):
     stateful = case._meta is not None and type(case._meta.phase.data).__name__ == "StatefulPhaseData"
     if label in CURSORS:
         _swap_cursor(case, label)
+    if label == "POST /v1/sync":
+        _swap_push_cursor(case)
     if not stateful and label in ("GET /v1/logs/{id}", "PATCH /v1/logs/{id}", "DELETE /v1/logs/{id}"):
         log_id = _canonical_uuid((case.path_parameters or {}).get("id"))
         if log_id is None:

@@ -32,6 +32,13 @@ public enum SyncResult: String, Sendable, Equatable {
     case created, updated, unchanged, deleted, notFound
 }
 
+/// What a push answers: one result per operation, in order, and the cursor to pull with next.
+public struct SyncPushOutcome: Sendable {
+    public let results: [(UUID, SyncResult)]
+    /// The puller's cursor, carrying the push's commit position when reads may go to a standby.
+    public let cursor: String
+}
+
 /// The sync protocol over the change counter of sql/0009 (see the comment there for why it never skips a
 /// change): pull pages of changes after a cursor; push a batch of operations in one transaction.
 public struct SyncRepository: Sendable {
@@ -47,9 +54,15 @@ public struct SyncRepository: Sendable {
     /// Changes after `cursor` (nil: from the beginning), at most `limit`: one round trip.
     /// - Throws: `InvalidField("cursor" | "limit")`; `SyncError.cursorExpired` when tombstones the cursor had not
     ///   seen were purged (pull again from the beginning).
+    ///
+    /// A read pool serves the pull only if it has replayed as far as `consistency` and the position the cursor
+    /// carries (the later of the two); the returned cursor carries that position on while there are more pages,
+    /// and drops it once the page reaches the end (everything up to it has then been seen).
     public func pull(cursor: String?, limit: Int, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> SyncPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 500") }
-        let after = try cursor.map(SyncCursor.init(encoded:))?.sequence ?? 0
+        let from = try cursor.map { encoded throws(InvalidField) in try SyncCursor(encoded: encoded) }
+        let after = from?.sequence ?? 0
+        let consistency = [consistency, from?.position].compactMap { $0 }.max()
         let query = Self.pullQuery(of: device, after: after, fetch: limit + 1)
         let (purged, rows) = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
             let result = try tx.finalQuery(query)
@@ -66,7 +79,9 @@ public struct SyncRepository: Sendable {
         if after > 0, after < purged { throw SyncError.cursorExpired }
         let page = rows.prefix(limit)
         let last = page.last?.0 ?? after
-        return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last).encoded, hasMore: rows.count > limit)
+        let hasMore = rows.count > limit
+        return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last, position: hasMore ? consistency : nil).encoded,
+                        hasMore: hasMore)
     }
 
     /// Changes after `after`, at least `fetch` of them (`PageFetch`), with the device's purge mark on every row (and
@@ -96,9 +111,22 @@ public struct SyncRepository: Sendable {
 
     /// Applies `operations` in order, in one transaction: all or nothing. Last writer wins in server order;
     /// an upsert with `baseVersion` fails the whole batch when the log has moved on.
-    /// - Throws: `InvalidField("operations[i].…")` before anything is sent; `SyncError.versionConflict(index)`;
-    ///   `RepositoryError.logIDInUse` when an id belongs to another device; `.deviceNotRegistered`.
-    public func push(_ operations: [SyncOperation], as device: DeviceID) async throws -> [(UUID, SyncResult)] {
+    ///
+    /// Answers, besides the results, `cursor` (the puller's own, or the beginning when nil) carrying the position
+    /// the push's COMMIT reached when reads may go to a standby: a pull with it sees the push, with no header.
+    /// - Throws: `InvalidField("operations[i].…" | "cursor")` before anything is sent;
+    ///   `SyncError.versionConflict(index)`; `RepositoryError.logIDInUse` when an id belongs to another device;
+    ///   `.deviceNotRegistered`.
+    public func push(_ operations: [SyncOperation], as device: DeviceID, continuing cursor: String? = nil) async throws -> SyncPushOutcome {
+        let from = try cursor.map { encoded throws(InvalidField) in try SyncCursor(encoded: encoded) } ?? SyncCursor(sequence: 0)
+        // The request's own recorder when the HTTP layer set one (its Consistency-Token is then the same position).
+        let recorder = RequestTrace.commits ?? CommitRecorder()
+        let results = try await RequestTrace.$commits.withValue(recorder) { try await applyBatch(operations, as: device) }
+        let position = [from.position, recorder.token].compactMap { $0 }.max()
+        return SyncPushOutcome(results: results, cursor: SyncCursor(sequence: from.sequence, position: position).encoded)
+    }
+
+    private func applyBatch(_ operations: [SyncOperation], as device: DeviceID) async throws -> [(UUID, SyncResult)] {
         guard Self.batchSizes.contains(operations.count) else { throw InvalidField("operations", "must hold 1 to 500 operations") }
         let operations = operations.map { operation in
             guard case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion) = operation else { return operation }
@@ -175,22 +203,48 @@ public enum SyncError: Error, Sendable, Equatable {
     case versionConflict(index: Int)
 }
 
-/// Where a puller is: the device's change number it has seen, opaque to clients.
+/// Where a puller is: the device's change number it has seen, opaque to clients; and, while a page of changes it
+/// must see may be on its way to a standby, the WAL position the next pull needs (a push's commit, or a
+/// `Consistency-Token`), so that push-then-pull sees the push with no header. `s1|<seq>` or `s2|<seq>|<16 hex>`,
+/// base64url.
 struct SyncCursor: Sendable, Equatable {
     let sequence: Int64
+    /// A standby serves the next pull only if it has replayed this far (else the primary does).
+    let position: ConsistencyToken?
 
-    init(sequence: Int64) { self.sequence = sequence }
-
-    /// - Throws: `InvalidField("cursor", …)` for anything this code did not produce.
-    init(encoded: String) throws(InvalidField) {
-        guard encoded.utf8.count <= 64, let bytes = Base64URL.decode(encoded), let text = String(validating: bytes, as: UTF8.self),
-              text.hasPrefix("s1|"), let sequence = Int64(text.dropFirst(3)), sequence >= 0,
-              text.dropFirst(3).allSatisfy(\.isASCII)
-        else { throw InvalidField("cursor", "is not a valid cursor") }
+    init(sequence: Int64, position: ConsistencyToken? = nil) {
         self.sequence = sequence
+        self.position = position
+    }
+
+    /// - Throws: `InvalidField(field, …)` for anything this code did not produce.
+    init(encoded: String, field: String = "cursor") throws(InvalidField) {
+        guard encoded.utf8.count <= 64, let bytes = Base64URL.decode(encoded) else { throw InvalidField(field, "is not a valid cursor") }
+        let parts = bytes.split(separator: UInt8(ascii: "|"), omittingEmptySubsequences: false)
+        func digits(_ part: ArraySlice<UInt8>, hex: Bool) -> Bool {
+            !part.isEmpty && part.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || hex && (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+        }
+        switch (parts.count, parts.first.map(Array.init)) {
+        case (2, Array("s1".utf8)?), (3, Array("s2".utf8)?):
+            guard parts[1].count <= 19, digits(parts[1], hex: false),
+                  let sequence = Int64(String(decoding: parts[1], as: UTF8.self))
+            else { throw InvalidField(field, "is not a valid cursor") }
+            self.sequence = sequence
+            if parts.count == 3 {
+                guard parts[2].count == 16, digits(parts[2], hex: true),
+                      let position = UInt64(String(decoding: parts[2], as: UTF8.self), radix: 16)
+                else { throw InvalidField(field, "is not a valid cursor") }
+                self.position = ConsistencyToken(position: position)
+            } else {
+                self.position = nil
+            }
+        default:
+            throw InvalidField(field, "is not a valid cursor")
+        }
     }
 
     var encoded: String {
-        Base64URL.encode(Array("s1|\(sequence)".utf8))
+        guard let position else { return Base64URL.encode(Array("s1|\(sequence)".utf8)) }
+        return Base64URL.encode(Array("s2|\(sequence)|\(position.encoded.dropFirst(3))".utf8))
     }
 }

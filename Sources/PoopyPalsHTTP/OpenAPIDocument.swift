@@ -265,7 +265,9 @@ paths:
         of this device, whatever else was happening: every change has the device's next change number, taken under
         the device row's lock, so a change that commits late still comes after your cursor. A change may repeat
         only where applying it twice is harmless. 410 `cursor_expired`: deletes after your cursor were purged
-        (older than the tombstone retention); pull again without a cursor.
+        (older than the tombstone retention); pull again without a cursor. A cursor a push answered carries the
+        push's position: the pull then shows the push even when a standby serves it, as with its
+        `Consistency-Token`.
       operationId: pullChanges
       parameters:
         - $ref: '#/components/parameters/DeviceID'
@@ -285,7 +287,8 @@ paths:
         Last writer wins in server order. A replay changes nothing (`unchanged`, `notFound`). A batch with an
         invalid operation is a 400 naming `operations[i]…` and applies nothing; a `baseVersion` that no longer
         matches is a 409 `version_conflict` for the whole batch, unless the log already holds what the operation
-        asks (then it is `unchanged`: a replay of a push whose first answer was lost).
+        asks (then it is `unchanged`: a replay of a push whose first answer was lost). Send your pull cursor as
+        `cursor` and pull next with the one the answer gives back: that pull shows this push.
       operationId: pushChanges
       parameters:
         - $ref: '#/components/parameters/DeviceID'
@@ -486,10 +489,17 @@ components:
       additionalProperties: false
       properties:
         operations: { type: array, minItems: 1, maxItems: 500, items: { $ref: '#/components/schemas/SyncOperation' } }
+        cursor: { type: [string, 'null'], maxLength: 64, description: "Optional: your current pull cursor (absent or null: the beginning); the answer's cursor continues from it" }
     SyncResults:
       type: object
-      required: [results]
+      required: [results, cursor]
       properties:
+        cursor:
+          type: string
+          maxLength: 64
+          description: |
+            The cursor you sent (or the beginning), carrying where this push reached: pull with it in place of yours
+            and the pull shows this push, on a standby too, with no `Consistency-Token` header.
         results:
           type: array
           items:

@@ -27,11 +27,12 @@ struct SyncRoutes: Sendable {
 
     @Sendable func push(_ request: Request, context: APIContext) async throws -> Response {
         let device = try DeviceID(validating: request.headers[.deviceID])
-        let body = try await JSONBody.read(request, context: context, allowed: ["operations"])
+        let body = try await JSONBody.read(request, context: context, allowed: ["operations", "cursor"])
         guard case .array(let items)? = body.value("operations") else { throw APIError.invalid("operations", "is required: an array") }
         let operations = try items.enumerated().map { index, item in try Self.operation(item, index: index) }
-        let results = try await sync.push(operations, as: device)
-        return try JSONResponse.make(.ok, PushBody(results: results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) }))
+        let outcome = try await sync.push(operations, as: device, continuing: try body.string("cursor"))
+        return try JSONResponse.make(.ok, PushBody(results: outcome.results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) },
+                                                   cursor: outcome.cursor))
     }
 
     static func operation(_ item: JSONValue, index: Int) throws -> SyncOperation {
@@ -108,4 +109,5 @@ struct SyncPageBody: Encodable {
 struct PushBody: Encodable {
     struct Result: Encodable { let id: String; let status: String }
     let results: [Result]
+    let cursor: String
 }

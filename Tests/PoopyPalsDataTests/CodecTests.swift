@@ -26,8 +26,20 @@ struct CodecTests {
             #expect(try SyncCursor(encoded: cursor.encoded) == cursor)
             #expect(!cursor.encoded.contains("=") && !cursor.encoded.contains("+") && !cursor.encoded.contains("/"))
         }
-        #expect(throws: InvalidField.self) { try SyncCursor(encoded: Base64URL.encode(Array("s1|-1".utf8))) }
-        #expect(throws: InvalidField.self) { try SyncCursor(encoded: Base64URL.encode(Array("s2|1".utf8))) }
+        // With the position a standby must have replayed (a push's commit): the longest form still fits 64.
+        for position: UInt64 in [0, 1, 0x16_B374_D848, .max] {
+            let cursor = SyncCursor(sequence: .max, position: ConsistencyToken(position: position))
+            #expect(try SyncCursor(encoded: cursor.encoded) == cursor)
+            #expect(cursor.encoded.utf8.count <= 64)
+        }
+        #expect(try SyncCursor(encoded: Base64URL.encode(Array("s2|7|00000016b374d848".utf8)))
+                == SyncCursor(sequence: 7, position: ConsistencyToken(lsn: "16/B374D848")))
+        for bad in ["s1|-1", "s1|+1", "s1|", "s1|1|0000000000000001", "s2|1", "s2|1|", "s2|1|000000000000001",
+                    "s2|1|00000000000000001", "s2|1|000000000000000A", "s2|1|000000000000000g", "s2|-1|0000000000000001",
+                    "s2|1|0000000000000001|", "s3|1", "s1|99999999999999999999", "s1| 1"] {
+            #expect(throws: InvalidField.self, "\(bad)") { try SyncCursor(encoded: Base64URL.encode(Array(bad.utf8))) }
+        }
         #expect(throws: InvalidField.self) { try SyncCursor(encoded: String(repeating: "A", count: 65)) }
+        #expect(throws: InvalidField("before", "is not a valid cursor")) { try SyncCursor(encoded: "*", field: "before") }
     }
 }

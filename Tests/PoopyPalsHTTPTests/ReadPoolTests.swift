@@ -62,6 +62,70 @@ struct ReadPoolTests {
             let registered = try await api.send("PUT", "/v1/device", device: device)
             #expect(registered.status == 201)
             #expect(registered.header("Consistency-Token") == nil)
+            // A push still answers the cursor to pull with: the beginning, with no position to wait for.
+            let pushed = try await api.send("POST", "/v1/sync", device: device, json: Self.push(UUID()))
+            #expect(pushed.status == 200)
+            #expect(try SyncCursor(encoded: try #require(pushed.json?["cursor"] as? String)) == SyncCursor(sequence: 0))
+        }
+    }
+
+    /// A push of one upsert per id, with `cursor` when given.
+    static func push(_ ids: UUID..., cursor: String? = nil) -> String {
+        let logs = ids.map { #"{"op":"upsert","log":{"id":"\#($0.uuidString.lowercased())","occurredAt":"2026-11-20T08:00:00Z","bristolType":4}}"# }
+        return #"{"operations":[\#(logs.joined(separator: ","))]\#(cursor.map { #","cursor":"\#($0)""# } ?? "")}"#
+    }
+
+    /// Push-then-pull sees the push with no header: the push answers the puller's cursor carrying its commit
+    /// position; a pull keeps the position on while there are more pages and drops it at the end.
+    @Test func aPushAnswersACursorCarryingItsPositionUntilThePullReachesTheEnd() async throws {
+        try await TestDatabase.withAPI(poolSize: 2, configure: { $0.readDatabase = $0.database }) { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let (a, b, c) = (UUID(), UUID(), UUID())
+            let first = try await api.send("POST", "/v1/sync", device: device, json: Self.push(a, b, c))
+            #expect(first.status == 200, "\(first.text)")
+            let token = try ConsistencyToken(encoded: try #require(first.header("Consistency-Token")))
+            let fromPush = try SyncCursor(encoded: try #require(first.json?["cursor"] as? String))
+            #expect(fromPush == SyncCursor(sequence: 0, position: token))
+
+            func pull(_ cursor: String, limit: Int) async throws -> (ids: [String], cursor: SyncCursor, text: String, more: Bool) {
+                let reply = try await api.send("GET", "/v1/sync?limit=\(limit)&cursor=\(cursor)", device: device)
+                #expect(reply.status == 200, "\(reply.text)")
+                let changes = reply.json?["changes"] as? [[String: Any]] ?? []
+                let text = try #require(reply.json?["cursor"] as? String)
+                return (changes.compactMap { ($0["log"] as? [String: Any])?["id"] as? String }, try SyncCursor(encoded: text), text,
+                        reply.json?["hasMore"] as? Bool ?? false)
+            }
+            let page = try await pull(fromPush.encoded, limit: 1)
+            #expect(page.ids == [a.uuidString.lowercased()] && page.more)
+            #expect(page.cursor.position == token && page.cursor.sequence > 0)  // more to come: still carried
+            let rest = try await pull(page.text, limit: 500)
+            #expect(rest.ids == [b, c].map { $0.uuidString.lowercased() } && !rest.more)
+            #expect(rest.cursor.position == nil)  // everything up to it seen: dropped
+
+            // A push continuing from that cursor keeps its place and carries the new position; pulling with it shows
+            // the push and nothing before it.
+            let d = UUID()
+            let second = try await api.send("POST", "/v1/sync", device: device, json: Self.push(d, cursor: rest.text))
+            #expect(second.status == 200, "\(second.text)")
+            let secondToken = try ConsistencyToken(encoded: try #require(second.header("Consistency-Token")))
+            #expect(secondToken > token)
+            let continued = try SyncCursor(encoded: try #require(second.json?["cursor"] as? String))
+            #expect(continued == SyncCursor(sequence: rest.cursor.sequence, position: secondToken))
+            #expect(try await pull(continued.encoded, limit: 500).ids == [d.uuidString.lowercased()])
+
+            // A cursor this service did not make is a 400 naming it, and the batch is not applied.
+            let e = UUID()
+            for bad in ["garbage", Base64URL.encode(Array("s2|0|0000000000000001x".utf8)), String(repeating: "A", count: 65)] {
+                let refused = try await api.send("POST", "/v1/sync", device: device, json: Self.push(e, cursor: bad))
+                #expect(refused.status == 400 && refused.errorCode == "invalid_field", "\(bad): \(refused.text)")
+                #expect(refused.text.contains("cursor") && refused.header("Consistency-Token") == nil)
+            }
+            #expect(try await api.send("GET", "/v1/logs/\(e.uuidString.lowercased())", device: device).status == 404)
+            // null is no cursor: the beginning.
+            let null = try await api.send("POST", "/v1/sync", device: device,
+                                          json: #"{"operations":[{"op":"delete","id":"\#(e.uuidString.lowercased())"}],"cursor":null}"#)
+            #expect(try SyncCursor(encoded: try #require(null.json?["cursor"] as? String)).sequence == 0)
         }
     }
 

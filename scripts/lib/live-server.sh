@@ -1,6 +1,6 @@
 # Sourced by the steps of `make test` that call a live server (fuzz.sh, client.sh): `start_live_server URL BIN`
 # creates a database of its own on the server at URL, migrates it with BIN, starts `BIN serve` on a free port
-# with a fresh token secret, and sets `api` (the base URL), `metrics` (its /metrics URL) and `token` (a valid bearer
+# with a fresh token secret (the same database as its read pool), and sets `api` (the base URL), `metrics` (its /metrics URL) and `token` (a valid bearer
 # token). An EXIT trap stops
 # the server and drops the database. Callers set `say`.
 start_live_server() {
@@ -19,7 +19,9 @@ start_live_server() {
   AUTH_JWT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
   local out port=
   out=$(mktemp)
-  "$bin" serve --port 0 --metrics-port 0 --database-url "$db_url" >"$out" 2>/dev/null &
+  # The database is also the read pool (a primary is always fresh): writes answer a Consistency-Token and reads
+  # take one, as on a deployment with standbys.
+  POOPYPALS_READ_DATABASE_URL=$db_url "$bin" serve --port 0 --metrics-port 0 --database-url "$db_url" >"$out" 2>/dev/null &
   live_server=$!
   for _ in $(seq 1 200); do
     port=$(sed -n 's#^listening on http://127.0.0.1:\([0-9]*\)$#\1#p' "$out")

@@ -60,9 +60,20 @@ import Testing
         // Input may carry a fraction; the server stores and answers whole seconds.
         let sent = Date(timeIntervalSince1970: 1_795_000_000.75)
         let new = Components.Schemas.NewLog(id: Self.newDevice(), occurredAt: sent, bristolType: 4, notes: "after coffee")
-        let log = try await client.createLog(headers: headers, body: .json(new)).created.body.json
+        let created = try await client.createLog(headers: headers, body: .json(new)).created
+        let log = try created.body.json
         #expect(log.occurredAt == Date(timeIntervalSince1970: 1_795_000_000))
         #expect(log.notes == "after coffee" && log.version >= 1)
+
+        // The write's Consistency-Token, sent back, makes the read show it (served by the primary or a standby that
+        // has replayed that far); a token the service did not make is the documented 400.
+        let token = try #require(created.headers.Consistency_hyphen_Token)
+        #expect(token.hasPrefix("c1.") && token.utf8.count == 19)
+        let fresh = try await client.getLog(path: .init(id: log.id),
+                                            headers: .init(X_hyphen_Device_hyphen_ID: device, Consistency_hyphen_Token: token))
+        #expect(try fresh.ok.body.json == log)
+        let forged = try await client.listLogs(headers: .init(X_hyphen_Device_hyphen_ID: device, Consistency_hyphen_Token: "c1.forged"))
+        #expect(try forged.badRequest.body.json.error.message.contains("Consistency-Token"))
 
         // What was read, sent back, is the same log: an idempotent replay (200), never a 409.
         let replay = Components.Schemas.NewLog(id: log.id, occurredAt: log.occurredAt, bristolType: log.bristolType,
@@ -107,7 +118,9 @@ import Testing
             upsert(kept, 4), upsert(removed, 5), .case2(.init(op: .delete, id: removed)),
         ])
         let results = try await client.pushChanges(headers: .init(X_hyphen_Device_hyphen_ID: device), body: .json(push))
-        #expect(try results.ok.body.json.results.map(\.id) == [kept, removed, removed])
+        let pushed = try results.ok
+        #expect(try pushed.body.json.results.map(\.id) == [kept, removed, removed])
+        let pushToken = try #require(pushed.headers.Consistency_hyphen_Token)
 
         var cursor: String?
         var upserted: [String: Components.Schemas.Log] = [:]
@@ -127,6 +140,18 @@ import Testing
         #expect(Set(upserted.keys) == [kept])
         #expect(upserted[kept]?.occurredAt == when && upserted[kept]?.notes == "synced")
         #expect(deleted == [removed])
+
+        // The next push carries the puller's cursor and answers the one to pull with: that pull shows the push
+        // with no header; with the previous push's token as well, the same.
+        let next = Self.newDevice()
+        let more = try await client.pushChanges(headers: .init(X_hyphen_Device_hyphen_ID: device),
+                                                body: .json(.init(operations: [upsert(next, 2)], cursor: cursor))).ok
+        #expect(try more.headers.Consistency_hyphen_Token.map { $0 > pushToken } == true)
+        let after = try await client.pullChanges(query: .init(cursor: try more.body.json.cursor),
+                                                 headers: .init(X_hyphen_Device_hyphen_ID: device,
+                                                                Consistency_hyphen_Token: pushToken)).ok.body.json
+        #expect(after.changes.count == 1 && !after.hasMore)
+        if case .case1(let upsert)? = after.changes.first { #expect(upsert.log.id == next) } else { Issue.record("not the upsert pushed") }
     }
 
     @Test func profileExportRotationAndErasure() async throws {
