@@ -1,9 +1,14 @@
 # Everything starts the project's own PostgreSQL (scripts/db.sh) unless DATABASE_URL is set.
 SHELL := /bin/bash
 SWIFT ?= swift
-BIN := $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
+# Recursive (=): asked of SwiftPM only by the targets that use it, not for every target at parse time.
+BIN = $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
-.PHONY: run test bench build db-start db-stop db-reset migrate status
+.PHONY: help run test bench build db-start db-stop db-reset migrate status
+
+## make help: list the targets (from these ## lines)
+help:
+	@sed -n 's/^## make \([^:]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 14
 
 ## make run: start PostgreSQL, apply migrations, serve the API in dev mode (prints curl examples)
 run: build
@@ -18,15 +23,19 @@ test:
 bench:
 	@scripts/bench.sh $(BENCH_ARGS)
 
+## make build: debug build of the service
 build:
 	@$(SWIFT) build
 
+## make migrate: apply the migrations to the project's PostgreSQL (or DATABASE_URL)
 migrate: build
 	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && "$(BIN)" migrate
 
+## make status: which migrations are applied
 status: build
 	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && "$(BIN)" migrate status
 
+## make db-start: start the project's throw-away PostgreSQL; print its URL
 db-start:
 	@scripts/db.sh start
 

@@ -39,6 +39,7 @@ set -euo pipefail
 
 say() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BINDIR=/usr/lib/postgresql/15/bin
@@ -74,11 +75,6 @@ RESTART_FAILURE_TIMEOUT=5       # default 20: how long a keeper retries starting
 # commits ~4 s, until the primary is told to drop synchronous replication (wait_primary); `perform switchover`
 # takes ~10 s in all, writes pause 1.5-6.5 s of it. A restarted old primary rejoins (pg_rewind) in ~1-5 s.
 
-# Run a server command as the cluster owner: `postgres` when we are root (PostgreSQL refuses root).
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
 locate_state() {
   STATE=$ROOT/.cluster
   if [ "$(id -u)" = 0 ]; then
@@ -111,7 +107,7 @@ autoctl() {
 # --- ports -----------------------------------------------------------------------------------------------
 # Busy: something listens there, or a TCP socket holds it. TIME-WAIT leftovers of our own earlier run do not count.
 port_busy() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+  port_in_use "$1" && return 0
   [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
 }
 pick_port() {
@@ -251,13 +247,8 @@ missing_packages() {
 install_packages() {
   local missing; missing=$(missing_packages | tr '\n' ' ')
   [ -n "${missing// /}" ] || return 0
-  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-    || die "missing: $missing(Debian/Ubuntu, as root: apt-get install $missing)"
-  say "installing $missing"
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null 2>&1 \
-    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; } \
-    || die "apt-get install $missing failed"
+  # shellcheck disable=SC2086  # one word per package
+  apt_install $missing
 }
 
 # --- creation --------------------------------------------------------------------------------------------
@@ -360,7 +351,7 @@ create_cluster() {
   m=$(pick_port 29300); n1=$(pick_port 29301 "$m"); n2=$(pick_port 29302 "$m" "$n1")
   b1=$(pick_port 29311 "$m" "$n1" "$n2"); b2=$(pick_port 29312 "$m" "$n1" "$n2" "$b1")
   printf 'monitor %s\nnode1 %s\nnode2 %s\npgbouncer1 %s\npgbouncer2 %s\n' "$m" "$n1" "$n2" "$b1" "$b2" >"$STATE/ports"
-  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/password"
+  random_hex 24 >"$STATE/password"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
   chmod 700 "$STATE" "$SOCK"
 
@@ -417,11 +408,11 @@ INI
     as_owner rm -f "$dir/pgbouncer.log"
     as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "$name did not start"; }
     for _ in $(seq 50); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+      port_in_use "$port" && break
       as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
       sleep 0.1
     done
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    port_in_use "$port" && break
     as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
       || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "$name is not listening on $port"; }
     say "127.0.0.1:$port is held by another socket; trying the next port"
@@ -429,7 +420,7 @@ INI
     port=$(pick_port $((port + 1)) $(awk '{ print $2 }' "$STATE/ports"))
     sed -i "s/^$name .*/$name $port/" "$STATE/ports"
   done
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || die "$name found no port to listen on after $attempt tries"
+  port_in_use "$port" || die "$name found no port to listen on after $attempt tries"
 }
 
 app_url() {  # the multi-host URL over the ports of $1 and $2 (node1 node2 | pgbouncer1 pgbouncer2)

@@ -4,31 +4,28 @@
 set -euo pipefail
 bin=${1:?usage: scripts/run.sh PATH_TO_POOPYPALS}
 cd "$(dirname "$0")/.."
+say() { echo "run: $*" >&2; }
+die() { echo "run: error: $*" >&2; exit 1; }
+. scripts/lib/common.sh
 url=$(scripts/db.sh start)
 export DATABASE_URL=$url
 "$bin" migrate
 # A port nobody listens on: the one asked for (PORT, POOPYPALS_METRICS_PORT), else the first free one from the
 # default up. A busy port that was asked for is named with the fix, rather than failing with a bind error later.
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-  local p=$1
-  while port_busy "$p"; do p=$((p + 1)); done
-  echo "$p"
-}
 choose_port() {  # $1 variable name, $2 requested value or empty, $3 default
   if [ -n "$2" ] && [ "$2" != 0 ]; then
-    if port_busy "$2"; then
-      echo "run: port $2 ($1) is in use; choose another, e.g. $1=$(free_port $(( $2 + 1 ))) make run, or unset $1 to pick a free one" >&2
+    if port_in_use "$2"; then
+      echo "run: port $2 ($1) is in use; choose another, e.g. $1=$(first_free_port $(( $2 + 1 ))) make run, or unset $1 to pick a free one" >&2
       exit 2
     fi
     echo "$2"
   else
-    free_port "$3"
+    first_free_port "$3"
   fi
 }
 port=$(choose_port PORT "${PORT:-}" 8080)
 metrics_port=$(choose_port POOPYPALS_METRICS_PORT "${POOPYPALS_METRICS_PORT:-}" 9464)
-[ "$metrics_port" = "$port" ] && metrics_port=$(free_port $((port + 1)))
+[ "$metrics_port" = "$port" ] && metrics_port=$(first_free_port $((port + 1)))
 root=$(pwd)
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 device=$(cat /proc/sys/kernel/random/uuid 2>/dev/null || uuidgen | tr 'A-Z' 'a-z')

@@ -58,8 +58,10 @@ struct APIPools: Sendable {
                                                        acquireTimeout: configuration.acquireTimeout))
         probe = ConnectionPool(configuration: .init(connection: configuration.database, maxConnections: 1,
                                                     acquireTimeout: .seconds(1)))
-        reads = configuration.readDatabase.map {
-            ConnectionPool(configuration: .init(connection: $0, maxConnections: configuration.poolSize, acquireTimeout: configuration.acquireTimeout))
+        // On the request pool's threads, where every HTTP connection runs: a read's body runs inline there.
+        reads = configuration.readDatabase.map { [requests] in
+            ConnectionPool(configuration: .init(connection: $0, maxConnections: configuration.poolSize, acquireTimeout: configuration.acquireTimeout),
+                           sharingThreadsWith: requests)
         }
     }
 

@@ -18,7 +18,10 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
     }
 
     private let name: String
-    private let maxThreads: Int
+    /// Grows when another pool shares these threads (`share(adding:)`); guarded by `condition`.
+    private var maxThreads: Int
+    /// Pools using these threads: the last one to stop them stops them. Guarded by `condition`.
+    private var users = 1
     private let id: Int
     private static let ids = Atomic<Int>(0)
     /// Which executor's thread this is: a thread-specific value (the executor's id), read on every
@@ -65,11 +68,25 @@ final class ConnectionExecutor: TaskExecutor, @unchecked Sendable {
         if !append(.job(job)) { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
     }
 
-    /// Lets queued work finish, then ends the threads.
+    /// Another pool runs its bodies on these threads too, with `threads` more of them allowed (its connections).
+    /// - Returns: false when the executor is already stopping (the caller then needs threads of its own).
+    func share(adding threads: Int) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopping else { return false }
+        users += 1
+        maxThreads += max(0, threads)
+        return true
+    }
+
+    /// Lets queued work finish, then ends the threads, once every pool sharing them has stopped them.
     func stop() {
         condition.lock()
-        stopping = true
-        condition.broadcast()
+        users -= 1
+        if users <= 0 {
+            stopping = true
+            condition.broadcast()
+        }
         condition.unlock()
     }
 

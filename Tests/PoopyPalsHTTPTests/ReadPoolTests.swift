@@ -56,6 +56,22 @@ struct ReadPoolTests {
         }
     }
 
+    /// The service's read pool runs on the request pool's threads (where every HTTP connection runs): a read's
+    /// body runs inline, as a write's does, instead of being handed to another thread and back.
+    @Test func theReadPoolRunsOnTheRequestPoolsThreads() async throws {
+        try await TestDatabase.with { db in
+            var configuration = APIConfiguration(jwtSecret: String(repeating: "s", count: 32), database: db.configuration)
+            configuration.readDatabase = db.configuration
+            let pools = APIPools(configuration)
+            let reads = try #require(pools.reads)
+            let (outer, inner) = try await withTaskExecutorPreference(pools.requests.taskExecutor()) {
+                (pthread_self(), try await reads.withConnection { _ in pthread_self() })
+            }
+            #expect(pthread_equal(outer, inner) != 0)
+            await pools.close()
+        }
+    }
+
     @Test func withoutAReadPoolThereIsNoToken() async throws {
         try await TestDatabase.withAPI(poolSize: 1) { api, _ in
             let device = UUID()

@@ -3,6 +3,8 @@
 # with a fresh token secret (the same database as its read pool), and sets `api` (the base URL), `metrics` (its /metrics URL) and `token` (a valid bearer
 # token). An EXIT trap stops
 # the server and drops the database. Callers set `say`.
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
 start_live_server() {
   local url=$1 bin=$2
   command -v psql >/dev/null || { say "NOT RUN: psql is needed to create a database for the live server"; exit 0; }
@@ -16,7 +18,7 @@ start_live_server() {
   "$bin" migrate --database-url "$db_url" >/dev/null 2>&1
 
   export AUTH_JWT_SECRET
-  AUTH_JWT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  AUTH_JWT_SECRET=$(random_hex 32)
   local out port=
   out=$(mktemp)
   # The database is also the read pool (a primary is always fresh): writes answer a Consistency-Token and reads

@@ -44,6 +44,7 @@ struct Report: Encodable {
     let scenarios: [ReportRow]
     let scaling: [ScalingRow]
     let http: [HTTPRow]
+    let readScale: [ReadScaleRow]
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
 
@@ -103,6 +104,16 @@ struct Report: Encodable {
                 text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
                                row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage,
                                row.server == "poopypals" ? ratio : "–", versus)
+            }
+        }
+        if !readScale.isEmpty {
+            text += "\nRead scale (`wrk -t2 -c32` through `poopypals serve --pool-size 16` on the local cluster of scripts/cluster.sh: a primary and its synchronous standby on this one machine; the standby's share from serve's /metrics):\n\n"
+            text += "| setup | workload | req/s | p99 | non-2xx | reads | served by the read pool | vs primary only |\n|---|---|---|---|---|---|---|---|\n"
+            for row in readScale {
+                let alone = readScale.first { $0.setup == ReadScale.primaryOnly && $0.workload == row.workload }
+                let versus = alone.map { String(format: "%.2f", row.requestsPerSecond / max(1, $0.requestsPerSecond)) } ?? "–"
+                text += String(format: "| %@ | %@ | %.0f | %.2f ms | %d | %d | %.1f %% | %@ |\n", row.setup, row.workload, row.requestsPerSecond,
+                               row.p99Milliseconds ?? 0, row.non2xx, row.reads, row.standbyShare * 100, versus)
             }
         }
         return text

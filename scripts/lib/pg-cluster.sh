@@ -1,0 +1,78 @@
+# Sourced by scripts/db.sh: a throw-away cluster: create, start, where its state lives. Uses its globals (ROOT, STATE, PORT, BINDIR) and scripts/lib/common.sh.
+
+local_running() { [ -f "$STATE/data/postmaster.pid" ] && as_owner "$BINDIR/pg_ctl" -D "$STATE/data" status >/dev/null 2>&1; }
+
+init_cluster() {
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql creates it)"
+    # The postgres user must reach the data dir; a project under /root is not reachable: use /tmp instead.
+    if ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
+      STATE=$(fallback_state)
+      say "project folder not reachable by the postgres user; using $STATE"
+    fi
+  fi
+  mkdir -p "$STATE"
+  local socket_dir="$STATE/run"
+  # Unix socket paths are limited to ~107 bytes.
+  if [ ${#socket_dir} -gt 80 ]; then socket_dir=$(mktemp -d /tmp/poopypals-sock.XXXXXX); fi
+  mkdir -p "$socket_dir"
+  PORT=$(first_free_port "$PORT")
+  local password; password=$(random_hex 24)
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$socket_dir"
+  chmod 700 "$STATE" "$socket_dir"
+  say "initialising a throw-away cluster in $STATE/data (port $PORT)"
+  as_owner "$BINDIR/initdb" -D "$STATE/data" -U postgres -E UTF8 --locale=C.UTF-8 \
+    --auth-local=trust --auth-host=scram-sha-256 >"$STATE/initdb.log" 2>&1 \
+    || { cat "$STATE/initdb.log" >&2; die "initdb failed"; }
+  # Throw-away, local-only, fast: durability is traded for speed on purpose (never use these settings in production).
+  as_owner tee -a "$STATE/data/postgresql.conf" >/dev/null <<CONF
+
+# --- poopypals throw-away cluster ---
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$socket_dir'
+unix_socket_permissions = 0700
+max_connections = 600
+shared_buffers = 256MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_prepared_transactions = 0
+log_min_messages = warning
+CONF
+  echo "$PORT" >"$STATE/port"; echo "$socket_dir" >"$STATE/socket_dir"; echo "$BINDIR" >"$STATE/bindir"
+  start_local
+  # The app's login role: owns its databases, may create test databases and the NOLOGIN service role;
+  # deliberately not a superuser, so row-level security is really exercised.
+  local psql="$BINDIR/psql"; [ -x "$psql" ] || psql=$(command -v psql) || die "psql not found"
+  as_owner "$psql" -q -X -v ON_ERROR_STOP=1 -h "$socket_dir" -p "$PORT" -U postgres -d postgres \
+    -v pw="$password" >/dev/null <<'SQL'
+CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
+CREATE DATABASE poopypals OWNER poopypals;
+SQL
+  umask 077
+  echo "postgresql://poopypals:${password}@127.0.0.1:${PORT}/poopypals" >"$STATE/url"
+}
+
+start_local() {
+  local socket_dir; socket_dir=$(cat "$STATE/socket_dir")
+  mkdir -p "$socket_dir"; [ "$(id -u)" = 0 ] && chown postgres: "$socket_dir"
+  as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -l "$STATE/data/server.log" -w -t 60 start >/dev/null \
+    || { tail -20 "$STATE/data/server.log" >&2 || true; die "the server did not start"; }
+  say "PostgreSQL running on 127.0.0.1:$(cat "$STATE/port")"
+}
+
+# Where a cluster goes when the postgres user cannot reach its folder: one per project and per cluster folder.
+fallback_state() {
+  local key; key=$(echo "$ROOT" | cksum | cut -d' ' -f1)
+  [ "$STATE" = "$ROOT/.pg" ] || key=$key-$(echo "$STATE" | cksum | cut -d' ' -f1)
+  echo "/tmp/poopypals-pg-$key"
+}
+
+locate_state() {
+  if [ ! -f "$STATE/url" ] && [ "$(id -u)" = 0 ]; then
+    local fallback; fallback=$(fallback_state)
+    [ -f "$fallback/url" ] && STATE=$fallback
+  fi
+  return 0
+}
