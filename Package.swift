@@ -35,10 +35,14 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
         ),
+        // Value codecs every layer may use (UUID text, calendar dates, RFC 3339 timestamps, civil-day arithmetic,
+        // durations): no dependency, not even the driver.
+        .target(name: "Values"),
         .target(
             name: "PostgresClient",
             dependencies: [
                 "CLibPQ",
+                "Values",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -46,6 +50,7 @@ let package = Package(
             name: "PoopyPalsData",
             dependencies: [
                 "PostgresClient",
+                "Values",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
                 .product(name: "Logging", package: "swift-log"),
@@ -57,6 +62,7 @@ let package = Package(
             dependencies: [
                 "PoopyPalsData",
                 "PostgresClient",
+                "Values",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -75,6 +81,7 @@ let package = Package(
                 "PoopyPalsData",
                 "PoopyPalsHTTP",
                 "PostgresClient",
+                "Values",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -86,13 +93,17 @@ let package = Package(
             path: "Tests/TestSupport"
         ),
         .testTarget(
+            name: "ValuesTests",
+            dependencies: ["Values"]
+        ),
+        .testTarget(
             name: "PostgresClientTests",
-            dependencies: ["PostgresClient", "TestSupport"]
+            dependencies: ["PostgresClient", "Values", "TestSupport"]
         ),
         .testTarget(
             name: "PoopyPalsHTTPTests",
             dependencies: [
-                "PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals",
+                "PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "Values", "TestSupport", "poopypals",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
             ]
@@ -101,7 +112,7 @@ let package = Package(
             name: "PoopyPalsDataTests",
             // Depends on the executable so `swift test` builds it for the CLI tests.
             dependencies: [
-                "PoopyPalsData", "PostgresClient", "TestSupport", "poopypals",
+                "PoopyPalsData", "PostgresClient", "Values", "TestSupport", "poopypals",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]
         ),

@@ -1,9 +1,13 @@
 import Hummingbird
+import PoopyPalsData
 
-/// Per-request state: the request id (echoed in `X-Request-ID` and every log line) and a 64 KiB body limit.
+/// Per-request state: the request id (echoed in `X-Request-ID` and every log line), the calling device resolved
+/// once from `X-Device-ID` (`DeviceMiddleware`), and a 64 KiB body limit.
 public struct APIContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var requestID = ""
+    /// Set by `DeviceMiddleware` from `X-Device-ID`: the device, or why there is none.
+    var resolvedDevice: Result<DeviceID, AuthenticationError> = .failure(.missingDeviceID)
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
@@ -11,4 +15,10 @@ public struct APIContext: RequestContext {
 
     /// Bodies over 64 KiB are refused with 413.
     public var maxUploadSize: Int { 64 * 1024 }
+
+    /// The calling device.
+    /// - Throws: `AuthenticationError` (401) when `X-Device-ID` is missing or not a device id.
+    func device() throws(AuthenticationError) -> DeviceID {
+        try resolvedDevice.get()
+    }
 }

@@ -3,7 +3,6 @@ import HTTPTypes
 import Hummingbird
 import NIOCore
 import PoopyPalsData
-import PostgresClient
 
 /// Every error the API returns: `{ "error": { "code": "snake_case", "message": "…" } }` with its status.
 /// Messages never contain SQL, a device id, an email, a token or a password.
@@ -51,9 +50,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             switch error {
             case .logIDInUse: return APIError(.conflict, "log_id_in_use", error.description)
             case .deviceNotRegistered: return APIError(.conflict, "device_not_registered", "register this device first (PUT /v1/device)")
-            case .userNotFound: return .notFound
             case .emailInUse: return APIError(.conflict, "email_in_use", "this email address belongs to another account")
-            case .conflictNotVisible: return APIError(.conflict, "retry", error.description)
             case .weakDeviceID: return .weakDeviceID
             case .deviceIDInUse: return APIError(.conflict, "device_id_in_use", "the new device id is already registered; nothing was changed")
             }
@@ -65,26 +62,6 @@ public struct APIError: Error, HTTPResponseError, Sendable {
                 return APIError(.conflict, "version_conflict", "operations[\(index)]: the log has changed since its baseVersion; nothing was applied")
             }
         case is OutcomeUnknown: return .outcomeUnknown
-        case let error as TransactionError: return from(error.underlying)
-        case let error as PostgresClientError:
-            switch error.kind {
-            case .poolTimeout: return .busy
-            // Abandoned before COMMIT was sent (after it, the data layer reports OutcomeUnknown).
-            case .deadlineExceeded: return .timedOut
-            case .connectionFailed, .connectionLost, .poolClosed, .statementInvalidated: return .databaseUnavailable
-            case .invalidParameter: return APIError(.badRequest, "invalid_request", "a value in the request cannot be stored (a NUL character?)")
-            default: return .internalError
-            }
-        case let error as PostgresError:
-            // A statement that ran out of time or waited too long for a lock: the server has stopped it.
-            if error.sqlState == .queryCanceled || error.sqlState == .lockNotAvailable { return .timedOut }
-            if error.sqlState.meansTheNodeIsUnfit { return .databaseUnavailable }
-            switch error.sqlState.errorClass {
-            case .connectionException, .insufficientResources, .operatorIntervention: return .databaseUnavailable
-            default: return .internalError
-            }
-        case is CancellationError:
-            return .timedOut
         case is NIOTooManyBytesError:
             return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
         case let error as HTTPError:
@@ -94,7 +71,15 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .contentTooLarge: return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
             default: return APIError(error.status, "http_\(error.status.code)", error.status.reasonPhrase)
             }
-        default: return .internalError
+        default:
+            // The database's failures, as the data layer classifies them; anything else is a bug.
+            switch DatabaseFailure(classifying: error) {
+            case .busy?: return .busy
+            case .timedOut?: return .timedOut
+            case .unavailable?: return .databaseUnavailable
+            case .valueNotStorable?: return APIError(.badRequest, "invalid_request", "a value in the request cannot be stored (a NUL character?)")
+            case nil: return .internalError
+            }
         }
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PoopyPalsData
 import PostgresClient
+import Values
 
 /// Where the database is. Shared by every command that connects.
 struct ConnectionOptions: ParsableArguments {
@@ -12,9 +13,9 @@ struct ConnectionOptions: ParsableArguments {
     var databaseURL: String?
 
     /// The configuration, or exit 2 naming what is wrong with a malformed URL (never its password).
-    var configuration: ConnectionConfiguration {
-        let configuration = ConnectionConfiguration.resolve(databaseURL: databaseURL)
-        do { try configuration.checkConnectionString() } catch { fail("\(error)", status: .checkFailed) }
+    func configuration() throws -> ConnectionConfiguration {
+        let configuration = ConnectionConfiguration.resolve(databaseURL: databaseURL, environment: ProcessInfo.processInfo.environment)
+        do { try configuration.checkConnectionString() } catch { throw CommandFailure("\(error)", status: .checkFailed) }
         return configuration
     }
 
@@ -23,6 +24,7 @@ struct ConnectionOptions: ParsableArguments {
     /// a container started beside its database.
     func connect(waitingUpTo wait: Duration = .zero) throws -> Connection {
         bootstrapLogging()
+        let configuration = try configuration()
         let deadline = ContinuousClock.now + wait
         var delay = Duration.milliseconds(500)
         var attempt = 1
@@ -31,7 +33,7 @@ struct ConnectionOptions: ParsableArguments {
                 return try Connection(configuration: configuration)
             } catch {
                 let now = ContinuousClock.now
-                guard now + delay <= deadline else { fail("\(error)", status: .checkFailed) }
+                guard now + delay <= deadline else { throw CommandFailure("\(error)", status: .checkFailed) }
                 FileHandle.standardError.write(Data("waiting for the database (attempt \(attempt) failed: \(error)); trying again in \(delay)\n".utf8))
                 Thread.sleep(forTimeInterval: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
                 delay = min(delay * 2, .seconds(5))
@@ -50,30 +52,31 @@ enum ExitStatus: Int32 {
     case checkFailed = 2
 }
 
-func fail(_ message: String, status: ExitStatus) -> Never {
-    FileHandle.standardError.write(Data("error: \(message)\n".utf8))
-    exit(status.rawValue)
+/// The one way a command ends with a status other than 0: thrown, and turned into the exit status by
+/// `PoopyPals.main` (which writes `error: <message>` to stderr first when there is one), after every `defer` of the
+/// command has run — an `exit()` in the middle of a command skipped them.
+struct CommandFailure: Error {
+    let message: String?
+    let status: ExitStatus
+
+    init(_ message: String? = nil, status: ExitStatus) {
+        self.message = message
+        self.status = status
+    }
 }
 
-/// Duration arguments: `5s`, `500ms`, `2m`, or plain seconds.
+/// Duration arguments, in the project's one grammar (`DurationText`: `5s`, `500ms`, `1.5s`, `2m`; a unit required).
 struct DurationArgument: ExpressibleByArgument {
     let duration: Duration
     /// As written, for help texts ("default: 5s", not the struct's dump).
     let text: String
 
-    /// At most a day: a larger value is a typo, and `Int64(value * 1000)` of an infinite or huge value would trap.
-    static let maximumMilliseconds = 86_400_000.0
+    /// At most a day: a larger value is a typo.
+    static let maximum = Duration.seconds(86_400)
 
     init?(argument: String) {
-        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60)]
-        var milliseconds: Double?
-        for (suffix, scale) in units where argument.hasSuffix(suffix) {
-            milliseconds = Double(argument.dropLast(suffix.count)).map { $0 * scale * 1000 }
-            break
-        }
-        if milliseconds == nil, !argument.hasSuffix("s"), !argument.hasSuffix("m") { milliseconds = Double(argument).map { $0 * 1000 } }
-        guard let milliseconds, milliseconds.isFinite, (0...Self.maximumMilliseconds).contains(milliseconds) else { return nil }
-        duration = .milliseconds(Int64(milliseconds))
+        guard let duration = DurationText.parse(argument), duration <= Self.maximum else { return nil }
+        self.duration = duration
         text = argument
     }
 

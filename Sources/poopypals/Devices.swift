@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Values
 import PoopyPalsData
 
 struct Devices: ParsableCommand {
@@ -24,7 +25,7 @@ extension Devices {
         func run() throws {
             var raw = id
             if raw == "-" { raw = (readLine(strippingNewline: true) ?? "").trimmingCharacters(in: .whitespaces) }
-            guard let uuid = UUID(uuidString: raw), let device = try? DeviceID(uuid) else {
+            guard let uuid = UUIDText.parse(raw), let device = try? DeviceID(uuid) else {
                 throw ValidationError("the device id must be a UUID (and not the nil UUID)")
             }
             print(device.key.uuidString.lowercased())

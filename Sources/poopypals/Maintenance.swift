@@ -27,14 +27,14 @@ struct Maintenance: ParsableCommand {
         let environment = ProcessInfo.processInfo.environment
         guard let days = tombstoneDays ?? Int(environment["POOPYPALS_TOMBSTONE_DAYS"] ?? "\(TombstonePurge.defaultDays)"),
               TombstonePurge.allowedDays.contains(days) else {
-            fail("POOPYPALS_TOMBSTONE_DAYS must be 1…3650", status: .checkFailed)
+            throw CommandFailure("POOPYPALS_TOMBSTONE_DAYS must be 1…3650", status: .checkFailed)
         }
         let connection = try connection.connect()
         let report: TombstonePurge.Report
         do {
             report = try TombstonePurge(days: days).run(on: connection)
         } catch {
-            fail("maintenance failed; nothing was changed: \(error)", status: .checkFailed)
+            throw CommandFailure("maintenance failed; nothing was changed: \(error)", status: .checkFailed)
         }
         print("Purged \(report.tombstonesPurged) tombstone\(report.tombstonesPurged == 1 ? "" : "s") older than \(days) days "
               + "on \(report.devicesAffected) device\(report.devicesAffected == 1 ? "" : "s").")

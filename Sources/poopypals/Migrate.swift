@@ -15,12 +15,12 @@ struct MigrationSourceOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Folder of NNNN_name.sql files (default: $POOPYPALS_MIGRATIONS_DIR, else ./sql).", valueName: "dir"))
     var migrationsDir: String?
 
-    func load() -> [MigrationFile] {
+    func load() throws -> [MigrationFile] {
         let path = migrationsDir ?? ProcessInfo.processInfo.environment["POOPYPALS_MIGRATIONS_DIR"] ?? "sql"
         do {
             return try MigrationFile.load(directory: URL(fileURLWithPath: path))
         } catch {
-            fail("\(error)", status: .checkFailed)
+            throw CommandFailure("\(error)", status: .checkFailed)
         }
     }
 }
@@ -63,7 +63,7 @@ extension Migrate {
         }
 
         func run() throws {
-            let files = source.load()
+            let files = try source.load()
             var options = Migrator.Options()
             options.target = target
             options.allowOutOfOrder = allowOutOfOrder
@@ -84,7 +84,7 @@ extension Migrate {
                       ? "Nothing to apply; the database is at version \(version)."
                       : "Applied \(applied.count) migration\(applied.count == 1 ? "" : "s"); the database is at version \(version).")
             } catch {
-                fail("\(error)", status: connection.isOpen ? .problem : .checkFailed)
+                throw CommandFailure("\(error)", status: connection.isOpen ? .problem : .checkFailed)
             }
         }
     }
@@ -102,16 +102,16 @@ extension Migrate {
         var json = false
 
         func run() throws {
-            let migrator = Migrator(files: source.load())
+            let migrator = Migrator(files: try source.load())
             let connection = try connection.connect()
             let status: MigrationStatus
             do {
                 status = try migrator.status(on: connection)
                 print(json ? try StatusOutput.json(status) : StatusOutput.table(status))
             } catch {
-                fail("\(error)", status: .checkFailed)
+                throw CommandFailure("\(error)", status: .checkFailed)
             }
-            if !status.isUpToDate { throw ExitCode(ExitStatus.problem.rawValue) }
+            if !status.isUpToDate { throw CommandFailure(status: .problem) }
         }
     }
 }

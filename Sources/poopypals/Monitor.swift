@@ -39,7 +39,7 @@ extension Monitor {
             do {
                 groups = try DuplicateEmails.find(on: connection)
             } catch {
-                fail("the duplicate-email check failed: \(error)", status: .checkFailed)
+                throw CommandFailure("the duplicate-email check failed: \(error)", status: .checkFailed)
             }
             let shown = groups.map { unredacted ? $0.email : $0.redactedEmail }
             if json {
@@ -57,7 +57,7 @@ extension Monitor {
                 print(OutputFormat.table(["EMAIL", "USERS", "KIND", "NEWEST (UTC)", "USER IDS"], rows))
                 print("\n\(groups.count) email\(groups.count == 1 ? "" : "s") shared by \(groups.reduce(0) { $0 + $1.users }) users. Repair: poopypals users merge-duplicates --dry-run")
             }
-            if !groups.isEmpty { throw ExitCode(ExitStatus.problem.rawValue) }
+            if !groups.isEmpty { throw CommandFailure(status: .problem) }
         }
     }
 
@@ -77,7 +77,7 @@ extension Monitor {
             do {
                 report = try RLSAudit().run(on: connection)
             } catch {
-                fail("the RLS audit failed: \(error)", status: .checkFailed)
+                throw CommandFailure("the RLS audit failed: \(error)", status: .checkFailed)
             }
             if json {
                 print(try OutputFormat.json(report))
@@ -87,7 +87,7 @@ extension Monitor {
                 }
                 print(report.ok ? "\nDevice isolation is on." : "\n\(report.checks.filter { !$0.ok }.count) check(s) failed.")
             }
-            if !report.ok { throw ExitCode(ExitStatus.problem.rawValue) }
+            if !report.ok { throw CommandFailure(status: .problem) }
         }
     }
 }

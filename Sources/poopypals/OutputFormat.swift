@@ -1,4 +1,5 @@
 import Foundation
+import Values
 
 /// Tables and JSON for command output.
 enum OutputFormat {
@@ -15,13 +16,17 @@ enum OutputFormat {
     static func json(_ value: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        encoder.dateEncodingStrategy = .iso8601
+        // The API's own format (RFC 3339, UTC, whole seconds; proleptic Gregorian before 1582, as PostgreSQL).
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(try Timestamp.format(date))
+        }
         return String(decoding: try encoder.encode(value), as: UTF8.self)
     }
 
-    /// `2026-11-23 10:00:00` in UTC.
+    /// `2026-11-23 10:00:00` in UTC: `Timestamp`'s form, for a table.
     static func timestamp(_ date: Date) -> String {
-        date.formatted(.iso8601.year().month().day().dateSeparator(.dash).dateTimeSeparator(.space)
-            .time(includingFractionalSeconds: false).timeSeparator(.colon))
+        guard let text = try? Timestamp.format(date) else { return "?" }
+        return String(text.dropLast()).replacingOccurrences(of: "T", with: " ")
     }
 }

@@ -28,6 +28,9 @@ struct PoopyPals: AsyncParsableCommand {
             } else {
                 try command.run()
             }
+        } catch let failure as CommandFailure {
+            if let message = failure.message { FileHandle.standardError.write(Data("error: \(message)\n".utf8)) }
+            Foundation.exit(failure.status.rawValue)
         } catch {
             if exitCode(for: error) == .validationFailure {
                 FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Values
 import Logging
 import PoopyPalsData
 import PoopyPalsHTTP
@@ -49,7 +50,7 @@ struct Serve: AsyncParsableCommand {
         bootstrapLogging()
         let logger = Logger(label: "poopypals.http")
         let environment = ProcessInfo.processInfo.environment
-        var database = connection.configuration
+        var database = try connection.configuration()
         // A dead or hung first host of a multi-host URL costs this long before the next is tried (libpq's
         // connect_timeout, per host; the URL's own value wins). The tools keep libpq's 10 s: they are not in a
         // request's path, and a loaded machine can take seconds to accept a login.
@@ -59,37 +60,37 @@ struct Serve: AsyncParsableCommand {
             var reads = ConnectionConfiguration(connectionString: url, statementCache: database.statementCache)
             reads.connectTimeoutSeconds = database.connectTimeoutSeconds
             do { try reads.checkConnectionString() } catch {
-                fail("POOPYPALS_READ_DATABASE_URL: \(error)", status: .checkFailed)
+                throw CommandFailure("POOPYPALS_READ_DATABASE_URL: \(error)", status: .checkFailed)
             }
             configuration.readDatabase = reads
         }
         configuration.host = host ?? environment["POOPYPALS_HOST"] ?? "127.0.0.1"
-        guard let port = port ?? Int(environment["PORT"] ?? "8080"), (0...65535).contains(port) else { fail("PORT must be 0…65535", status: .checkFailed) }
+        guard let port = port ?? Int(environment["PORT"] ?? "8080"), (0...65535).contains(port) else { throw CommandFailure("PORT must be 0…65535", status: .checkFailed) }
         configuration.port = port
         guard let size = poolSize ?? Int(environment["POOPYPALS_POOL_SIZE"] ?? "10"), (1...200).contains(size) else {
-            fail("POOPYPALS_POOL_SIZE must be 1…200", status: .checkFailed)
+            throw CommandFailure("POOPYPALS_POOL_SIZE must be 1…200", status: .checkFailed)
         }
         configuration.poolSize = size
         guard let metrics = metricsPort ?? Int(environment["POOPYPALS_METRICS_PORT"] ?? "9464"), (0...65535).contains(metrics) else {
-            fail("POOPYPALS_METRICS_PORT must be 0…65535", status: .checkFailed)
+            throw CommandFailure("POOPYPALS_METRICS_PORT must be 0…65535", status: .checkFailed)
         }
         configuration.metricsPort = metrics
         configuration.metricsHost = metricsHost ?? environment["POOPYPALS_METRICS_HOST"].flatMap { $0.isEmpty ? nil : $0 } ?? "127.0.0.1"
         configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
         if let text = environment["POOPYPALS_IDLE_TIMEOUT"], !text.isEmpty {
-            do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }
+            do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
         }
         if let text = environment["POOPYPALS_REQUEST_TIMEOUT"], !text.isEmpty {
-            do { configuration.requestTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_REQUEST_TIMEOUT") } catch { fail("\(error)", status: .checkFailed) }
+            do { configuration.requestTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_REQUEST_TIMEOUT") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
         }
         if let text = environment["POOPYPALS_MAX_CONNECTIONS"], !text.isEmpty {
-            guard let value = Int(text), (1...100_000).contains(value) else { fail("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
+            guard let value = Int(text), (1...100_000).contains(value) else { throw CommandFailure("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
             configuration.maxConnections = value
         }
         do {
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
         } catch {
-            fail("\(error)", status: .checkFailed)
+            throw CommandFailure("\(error)", status: .checkFailed)
         }
         let host = configuration.host
         let metricsHost = configuration.metricsHost
@@ -102,7 +103,7 @@ struct Serve: AsyncParsableCommand {
                 FileHandle.standardOutput.write(Data("metrics on http://\(metricsHost):\(port)/metrics\n".utf8))
             })
         } catch let error as ConfigurationError {
-            fail("\(error)", status: .checkFailed)
+            throw CommandFailure("\(error)", status: .checkFailed)
         }
     }
 
@@ -110,76 +111,10 @@ struct Serve: AsyncParsableCommand {
     private func secret(_ environment: [String: String], logger: Logger) throws -> String {
         if let secret = environment["AUTH_JWT_SECRET"], !secret.isEmpty { return secret }
         guard dev else {
-            fail("AUTH_JWT_SECRET is not set (HS256 secret, at least 32 characters); use --dev for local development", status: .checkFailed)
+            throw CommandFailure("AUTH_JWT_SECRET is not set (HS256 secret, at least 32 characters); use --dev for local development", status: .checkFailed)
         }
         let secret = try DevSecret.loadOrCreate()
         logger.warning("dev mode: no AUTH_JWT_SECRET, using the generated secret in \(DevSecret.path); mint tokens with `poopypals dev-token --email you@example.com`")
-        return secret
-    }
-}
-
-struct DevToken: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "dev-token",
-        abstract: "Mint a bearer token for local testing (with AUTH_JWT_SECRET, else the --dev secret).")
-
-    @Option(help: "The user's id (default: a new one).")
-    var sub: String?
-
-    @Option(help: "The user's email.")
-    var email: String
-
-    @Option(help: "Lifetime in seconds.")
-    var expiresIn = 3600
-
-    func validate() throws {
-        if let sub, UUID(uuidString: sub) == nil { throw ValidationError("--sub must be a UUID") }
-        guard (1...86_400 * 30).contains(expiresIn) else { throw ValidationError("--expires-in must be 1…2592000 seconds") }
-    }
-
-    func run() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let secret: String
-        if let configured = environment["AUTH_JWT_SECRET"], !configured.isEmpty {
-            secret = configured
-        } else if let stored = DevSecret.load() {
-            secret = stored
-        } else {
-            fail("no AUTH_JWT_SECRET and no \(DevSecret.path): start `poopypals serve --dev` (or `make run`) first", status: .checkFailed)
-        }
-        let verifier = try await TokenVerifier(secret: secret, requirements: .fromEnvironment(environment))
-        print(try await verifier.mint(userID: sub.flatMap(UUID.init(uuidString:)) ?? UUID(), email: email, expiresIn: TimeInterval(expiresIn)))
-    }
-}
-
-/// The development secret, kept per user, not per folder, so that `dev-token` finds what `serve --dev` wrote
-/// from any directory (it looked for `.dev/jwt-secret` under the current one): `POOPYPALS_DEV_SECRET_FILE`, else
-/// `$XDG_STATE_HOME/poopypals/jwt-secret`, else `~/.local/state/poopypals/jwt-secret`.
-enum DevSecret {
-    static var path: String {
-        let environment = ProcessInfo.processInfo.environment
-        if let file = environment["POOPYPALS_DEV_SECRET_FILE"], !file.isEmpty { return file }
-        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
-            ?? ((environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.local/state")
-        return state + "/poopypals/jwt-secret"
-    }
-
-    static func load() -> String? {
-        guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        return text.isEmpty ? nil : text
-    }
-
-    static func loadOrCreate() throws -> String {
-        if let existing = load() { return existing }
-        var generator = SystemRandomNumberGenerator()
-        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-        let path = path
-        let folder = (path as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        guard FileManager.default.createFile(atPath: path, contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw ConfigurationError("cannot write \(path)")
-        }
         return secret
     }
 }

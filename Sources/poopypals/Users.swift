@@ -35,7 +35,7 @@ extension Users {
             do {
                 report = try DuplicateUserMerger().run(on: connection, dryRun: dryRun)
             } catch {
-                fail("merging duplicate users failed; nothing was changed: \(error)", status: .checkFailed)
+                throw CommandFailure("merging duplicate users failed; nothing was changed: \(error)", status: .checkFailed)
             }
             let verb = dryRun ? "Would merge" : "Merged"
             for group in report.groups {
@@ -79,12 +79,12 @@ extension Users {
             do {
                 report = try UserErasure().run(on: connection, email: email, dryRun: dryRun)
             } catch {
-                fail("erasing failed; nothing was changed: \(error)", status: .checkFailed)
+                throw CommandFailure("erasing failed; nothing was changed: \(error)", status: .checkFailed)
             }
             let redacted = (try? Email(email).redacted) ?? "***"
             guard report.users > 0 else {
                 print("No profile has the email \(redacted): nothing to erase.")
-                throw ExitCode(ExitStatus.problem.rawValue)
+                throw CommandFailure(status: .problem)
             }
             print("\(dryRun ? "Would erase" : "Erased") the profile of \(redacted): 1 profile, \(report.devices) device\(report.devices == 1 ? "" : "s"), "
                   + "\(report.logs) log\(report.logs == 1 ? "" : "s").")

@@ -115,8 +115,10 @@ struct RobustRequestTests {
         let set = try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "2s", "POOPYPALS_LOCK_TIMEOUT": "250ms"])
         #expect(set == RequestTimeouts(statement: .seconds(2), lock: .milliseconds(250)))
         // The lock timeout never exceeds a shorter statement timeout by default.
-        #expect(try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "500"]).lock == .milliseconds(500))
-        for bad in ["", "0", "-1s", "9999999999999999999", "601s", "5 s", "1e3", "٣s", "10h"] where !bad.isEmpty {
+        #expect(try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "500ms"]).lock == .milliseconds(500))
+        // The one duration grammar (DurationText): a fraction is fine, a bare number is not (5 s or 5 ms?).
+        #expect(try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": "1.5s"]).statement == .milliseconds(1500))
+        for bad in ["", "0", "500", "-1s", "9999999999999999999", "601s", "5 s", "1e3", "٣s", "10h", " 5s", "1.5ms", ".5s", "5.s"] where !bad.isEmpty {
             #expect(throws: InvalidField.self, "\(bad)") { try RequestTimeouts.fromEnvironment(["POOPYPALS_STATEMENT_TIMEOUT": bad]) }
         }
     }

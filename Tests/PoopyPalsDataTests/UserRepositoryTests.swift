@@ -2,6 +2,7 @@ import Foundation
 @testable import PoopyPalsData
 import PostgresClient
 import Testing
+import Values
 import TestSupport
 
 @Suite("UserRepository.ensureProfile")

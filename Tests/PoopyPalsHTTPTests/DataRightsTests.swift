@@ -6,6 +6,7 @@ import FoundationNetworking
 @testable import PoopyPalsHTTP
 import PostgresClient
 import Testing
+import Values
 import TestSupport
 
 /// The device id is a password (sql/0010): kept only as a key, rotatable, and its data can be exported and erased.

@@ -2,6 +2,7 @@ import Foundation
 @testable import PoopyPalsHTTP
 import PostgresClient
 import Testing
+import Values
 
 /// The hand-written JSON of the hot bodies is byte for byte what `JSONEncoder` (the rest of the API) writes.
 @Suite("JSON output")

@@ -193,7 +193,7 @@ struct OperationsTests {
         let router = Router(context: APIContext.self)
         let database = Database(pool: ConnectionPool(configuration: .init(connection: .init(connectionString: "postgresql://nobody@127.0.0.1:1/x"))))
         let verifier = try await TokenVerifier(secret: LiveAPI.secret)
-        APIRoutes(database: database, tokens: verifier, metrics: APIMetrics.registry).register(on: router)
+        APIControllers(database: database, tokens: verifier, metrics: APIMetrics.registry).register(on: router)
         let routed = Set(router.routes.map { "\($0.method.rawValue.lowercased()) \($0.path.description.hasPrefix("/") ? "" : "/")\($0.path)" })
         #expect(routed == OpenAPISpec.operations(in: try OpenAPISpec.load()))
         #expect(routed.count == 17)  // 16 API routes and GET /openapi.yaml

@@ -1,6 +1,7 @@
 import Foundation
 @testable import PoopyPalsHTTP
 import Testing
+import Values
 
 @Suite("API timestamps")
 struct TimestampTests {

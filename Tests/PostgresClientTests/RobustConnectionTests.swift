@@ -2,6 +2,7 @@ import Foundation
 @testable import PostgresClient
 
 import Testing
+import Values
 import TestSupport
 
 /// What production does to a connection: online schema changes, session resets, cancelled tasks, borrowers

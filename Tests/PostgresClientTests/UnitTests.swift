@@ -1,6 +1,7 @@
 import Foundation
 @testable import PostgresClient
 import Testing
+import Values
 
 @Suite("No database needed")
 struct UnitTests {

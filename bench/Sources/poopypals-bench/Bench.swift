@@ -82,7 +82,7 @@ struct Bench: AsyncParsableCommand {
             return try await HTTPPeer.serve(port: servePeer, url: url)
         }
         let started = Date()
-        let server = ConnectionConfiguration.resolve(databaseURL: databaseURL)
+        let server = ConnectionConfiguration.resolve(databaseURL: databaseURL, environment: ProcessInfo.processInfo.environment)
         var target = server
         target.database = "poopypals_bench"
         let pgbench = PgBench(connectionString: try urlFor(target))

@@ -33,9 +33,9 @@ enum ReadScale {
     /// Seeds the cluster's database as the bench's own (`devices` devices of 20 logs), waits until the standby has
     /// replayed it, then runs both setups.
     static func run(serverBinary: String, clusterURL: String, standbyURL: String, seconds: Int, devices: Int) async throws -> [ReadScaleRow] {
-        let primary = ConnectionConfiguration.resolve(databaseURL: clusterURL)
+        let primary = ConnectionConfiguration.resolve(databaseURL: clusterURL, environment: [:])
         try await seed(primary, devices: devices)
-        try await waitForReplay(primary: primary, standby: ConnectionConfiguration.resolve(databaseURL: standbyURL))
+        try await waitForReplay(primary: primary, standby: ConnectionConfiguration.resolve(databaseURL: standbyURL, environment: [:]))
         var rows: [ReadScaleRow] = []
         // The primary as its own read pool separates what routing to a second pool costs from what the standby does.
         for (setup, read) in [(primaryOnly, nil), (primaryAsReadPool, clusterURL), (withStandby, standbyURL)] as [(String, String?)] {

@@ -1,0 +1,162 @@
+import PostgresClient
+import Values
+
+/// The transaction of one request made as one device, handed to the work closure of `Database.asDevice`.
+///
+/// Nothing is sent until the first statement: `BEGIN` and the context (service role and `app.device_id`,
+/// both transaction-local) travel in the same pipeline as that statement, and `finalQuery` adds `COMMIT` to
+/// its pipeline, so a request of one statement costs one network round trip.
+public final class DeviceTransaction {
+    public let device: DeviceID
+    let connection: Connection
+    /// True when the transaction can change nothing.
+    let readOnly: Bool
+    /// Where the commit position goes (in the same round trip as the COMMIT), when reads may go to a standby.
+    private let recorder: CommitRecorder?
+    /// True while the prefix holds the standby freshness check (its answer is the prefix's third result).
+    private var checksFreshness = false
+    private var prefix: [PostgresQuery]?
+    /// True once COMMIT has been sent: from then on the outcome of a lost connection is unknown.
+    private(set) var commitSent = false
+    /// True after `finalQuery`: the transaction is over.
+    private(set) var isFinished = false
+
+    /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
+    ///   work that reads in several round trips and must see one consistent state (an export).
+    /// - Parameter readOnly: the server refuses any write (BEGIN READ ONLY), so a COMMIT left unanswered changed
+    ///   nothing: such work is never of unknown outcome.
+    /// - Parameter freshAt: on a standby, the transaction goes on only if the standby has replayed this far (checked
+    ///   in the same round trip as the first statement); else `StaleStandby` is thrown. A primary is always fresh.
+    /// - Parameter recorder: receives the position the COMMIT reached (a write's `Consistency-Token`).
+    init(connection: Connection, device: DeviceID, timeouts: RequestTimeouts = .default, snapshot: Bool = false, readOnly: Bool = false,
+         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil) {
+        self.connection = connection
+        self.device = device
+        self.readOnly = snapshot || readOnly
+        self.recorder = snapshot || readOnly ? nil : recorder
+        prefix = [
+            snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : readOnly ? "BEGIN READ ONLY" : "BEGIN",
+            // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
+            // Every value is bound, never spliced in.
+            """
+            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(UUIDText.lowercase(device.key)), true), \
+            set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
+            set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true), \
+            set_config('idle_in_transaction_session_timeout', \(RequestTimeouts.milliseconds(timeouts.idleInTransaction)), true)
+            """,
+        ]
+        if let freshAt {
+            prefix?.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
+            checksFreshness = true
+        }
+    }
+
+    /// True once the transaction has begun on the server.
+    var hasBegun: Bool { prefix == nil }
+
+    /// Runs a statement inside the transaction.
+    /// - Throws: the statement's `PostgresError`; `TransactionError` (phase `begin`) if the context could not be set.
+    @discardableResult
+    public func query(_ query: PostgresQuery) throws -> QueryResult {
+        try run(query, commit: false)
+    }
+
+    /// Runs a statement and returns the rows it affected.
+    /// - Throws: as `query(_:)`.
+    @discardableResult
+    public func execute(_ query: PostgresQuery) throws -> Int {
+        try run(query, commit: false).rowsAffected
+    }
+
+    /// Runs the last statement and commits in the same round trip. Nothing may follow it.
+    /// - Throws: the statement's `PostgresError`; `TransactionError` (phase `begin` or `commit`).
+    @discardableResult
+    public func finalQuery(_ query: PostgresQuery) throws -> QueryResult {
+        try run(query, commit: true)
+    }
+
+    /// Runs `body` in a savepoint, so that a failure inside it (a unique violation) leaves the transaction usable.
+    /// - Throws: the body's error, after rolling back to the savepoint.
+    @discardableResult
+    public func savepoint<T>(_ body: (DeviceTransaction) throws -> T) throws -> T {
+        try begin()
+        return try connection.savepoint { _ in try body(self) }
+    }
+
+    /// Sends the prefix on its own (for work that starts with a savepoint or a script).
+    func begin() throws {
+        guard let prefix else { return }
+        self.prefix = nil
+        try check(connection.pipelineResults(prefix), prefixCount: prefix.count, commitIndex: nil)
+    }
+
+    func commit() throws {
+        commitSent = true
+        isFinished = true
+        do {
+            guard let recorder else {
+                try connection.executeScript("COMMIT")
+                return
+            }
+            // Committed once this returns: a position that cannot be read only costs the token, as in `run`.
+            let result = try connection.executeScript("COMMIT; SELECT pg_current_wal_insert_lsn()::text")
+            try? record(result, in: recorder)
+        } catch {
+            throw TransactionError(phase: .commit, underlying: error)
+        }
+    }
+
+    /// The position the COMMIT reached (the WAL insert position just after it: at or past its commit record).
+    private static let commitPosition: PostgresQuery = "SELECT pg_current_wal_insert_lsn()::text"
+
+    private func record(_ result: QueryResult, in recorder: CommitRecorder) throws {
+        guard let text = try result.first?.decode(0, as: String.self), let token = ConsistencyToken(lsn: text) else { return }
+        recorder.record(token)
+    }
+
+    private func run(_ query: PostgresQuery, commit: Bool) throws -> QueryResult {
+        guard !isFinished else {
+            throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
+        }
+        let prefixStatements = prefix ?? []
+        prefix = nil
+        var batch = prefixStatements + [query]
+        let records = commit ? recorder : nil
+        if commit {
+            batch.append("COMMIT")
+            commitSent = true
+            isFinished = true
+            // After the COMMIT, in the same round trip: where it reached, for the response's Consistency-Token.
+            if records != nil { batch.append(Self.commitPosition) }
+        }
+        let results = try connection.pipelineResults(batch)
+        let commitIndex = commit ? prefixStatements.count + 1 : nil
+        try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
+        if let records, case .success(let position)? = results.last { try? record(position, in: records) }
+        return try results[prefixStatements.count].get()
+    }
+
+    /// Attributes a failure to its phase: the context prefix is `begin`, a failing COMMIT is `commit`, and the
+    /// work's own statement is rethrown as is.
+    private func check(_ results: [Result<QueryResult, any Error>], prefixCount: Int, commitIndex: Int?) throws {
+        for (index, result) in results.enumerated() {
+            guard case .failure(let error) = result else { continue }
+            if (error as? PostgresClientError)?.kind == .skipped { continue }
+            if index < prefixCount { throw TransactionError(phase: .begin, underlying: error) }
+            if index == commitIndex { throw TransactionError(phase: .commit, underlying: error) }
+            // The position query after a successful COMMIT: the write is done; its token is only missing.
+            if let commitIndex, index > commitIndex { continue }
+            throw error
+        }
+        if checksFreshness, prefixCount >= 3 {
+            checksFreshness = false
+            if case .success(let answer) = results[2], try answer.first?.decode(0, as: Bool.self) == false {
+                throw StaleStandby()
+            }
+        }
+    }
+}
+
+/// A standby had not replayed as far as the request's `Consistency-Token`: the read is run on the primary.
+struct StaleStandby: Error {
+}

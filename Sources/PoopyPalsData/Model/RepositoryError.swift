@@ -1,0 +1,23 @@
+/// A request that cannot be carried out as asked (as opposed to malformed input).
+public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A log with this client-generated id exists with other content (or belongs to another device).
+    case logIDInUse
+    /// The device has not registered itself yet (`PUT /v1/device`).
+    case deviceNotRegistered
+    /// Another account (another token subject) already holds this email; nothing about it is revealed.
+    case emailInUse
+    /// A new device id (registration or rotation target) is not a random version-4 UUID.
+    case weakDeviceID
+    /// The rotation's new device id is already registered.
+    case deviceIDInUse
+
+    public var description: String {
+        switch self {
+        case .logIDInUse: return "a log with this id already exists with different content"
+        case .deviceNotRegistered: return "this device is not registered; register it first"
+        case .emailInUse: return "this email address belongs to another account"
+        case .weakDeviceID: return "a new device id must be a random (version 4) UUID"
+        case .deviceIDInUse: return "the new device id is already registered"
+        }
+    }
+}

@@ -1,0 +1,216 @@
+import Foundation
+import PostgresClient
+import Values
+
+/// A new log. `id` is optional and client-generated, so that a retried upload is recognised.
+public struct NewPoopLog: Sendable, Equatable {
+    public var id: UUID?
+    public var occurredAt: Date
+    public var bristolType: Int
+    public var notes: String?
+
+    /// `occurredAt` is kept to the whole second and empty notes are no notes (see `PoopLog.stored…`).
+    public init(id: UUID? = nil, occurredAt: Date, bristolType: Int, notes: String? = nil) {
+        self.id = id
+        self.occurredAt = PoopLog.storedTime(occurredAt)
+        self.bristolType = bristolType
+        self.notes = PoopLog.storedNotes(notes)
+    }
+}
+
+/// Changes to a log; nil leaves a field as it is.
+public struct PoopLogPatch: Sendable, Equatable {
+    public enum Notes: Sendable, Equatable { case set(String), clear }
+
+    public var occurredAt: Date?
+    public var bristolType: Int?
+    public var notes: Notes?
+
+    /// `occurredAt` is kept to the whole second; `.set("")` clears, as `.clear` does.
+    public init(occurredAt: Date? = nil, bristolType: Int? = nil, notes: Notes? = nil) {
+        self.occurredAt = occurredAt.map(PoopLog.storedTime)
+        self.bristolType = bristolType
+        self.notes = notes == .set("") ? .clear : notes
+    }
+
+    var isEmpty: Bool { occurredAt == nil && bristolType == nil && notes == nil }
+}
+
+/// One page of logs, newest first.
+public struct PoopLogPage: Sendable {
+    public let items: [PoopLog]
+    /// Pass as `before` to get the next page; nil on the last page.
+    public let nextCursor: String?
+}
+
+/// The calling device's logs. Every statement runs under the device context, so another device's log
+/// behaves exactly like a missing one; no `WHERE device_id` is needed for safety.
+public struct PoopLogRepository: Sendable {
+    public static let pageSizes = 1...200
+
+    let database: Database
+
+    public init(database: Database) {
+        self.database = database
+    }
+
+    /// Creates a log; a retry with the same id and content returns the existing row (`created == false`).
+    /// New logs and replays cost one round trip.
+    /// - Throws: `InvalidField` before anything is sent; `RepositoryError.logIDInUse` when the id exists with
+    ///   other content; `RepositoryError.deviceNotRegistered`.
+    public func create(_ new: NewPoopLog, as device: DeviceID) async throws -> (log: PoopLog, created: Bool) {
+        try Self.validate(occurredAt: new.occurredAt, bristolType: new.bristolType, notes: new.notes)
+        let id = new.id ?? UUIDText.random()
+        let returned: (PoopLog, Bool)?
+        do {
+            returned = try await database.asDevice(device, idempotent: true) { tx in
+                // Inserts, or finds the row that already has this id, in one statement.
+                let rows = try tx.finalQuery("""
+                    WITH inserted AS (
+                        INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
+                        VALUES (\(id), \(device.key), \(new.occurredAt), \(new.bristolType), \(new.notes))
+                        ON CONFLICT (id) DO NOTHING
+                        RETURNING \(unescaped: PoopLog.columns)
+                    )
+                    SELECT *, true AS created FROM inserted
+                    UNION ALL
+                    SELECT \(unescaped: PoopLog.columns), false FROM poop_logs
+                    WHERE device_id = \(device.key) AND id = \(id) AND NOT EXISTS (SELECT FROM inserted)
+                    """)
+                return try rows.first.map { (try PoopLog(row: $0), try $0.decode("created", as: Bool.self)) }
+            }
+        } catch SQLState.foreignKeyViolation {
+            throw RepositoryError.deviceNotRegistered
+        }
+        // Nothing came back: a concurrent upload of the same id committed after this statement's snapshot.
+        // Look again with a fresh one; still nothing means the id belongs to another device.
+        let (log, created): (PoopLog, Bool)
+        if let returned {
+            (log, created) = returned
+        } else if let existing = try await get(id, as: device) {
+            (log, created) = (existing, false)
+        } else {
+            throw RepositoryError.logIDInUse
+        }
+        guard created || Self.sameContent(log, new) else { throw RepositoryError.logIDInUse }
+        return (log, created)
+    }
+
+    /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
+    static func listQuery(of device: DeviceID, after position: LogCursor?, fetch: Int) -> PostgresQuery {
+        let limit = PageFetch.literal(atLeast: fetch)
+        return if let position {
+            """
+            SELECT \(unescaped: PoopLog.columns) FROM poop_logs
+            WHERE device_id = \(device.key) AND (occurred_at, id) < (\(position.occurredAt), \(position.id))
+            ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
+            """
+        } else {
+            """
+            SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key)
+            ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
+            """
+        }
+    }
+
+    /// The log, or nil when it does not exist or belongs to another device.
+    /// With `consistency`, never older than that write (see `ConsistencyToken`).
+    public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
+        try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
+            try tx.finalQuery("SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)")
+                .first.map(PoopLog.init(row:))
+        }
+    }
+
+    /// Logs newest first, `limit` at a time (1…200); `before` is a `nextCursor` from an earlier page.
+    /// - Throws: `InvalidField("limit" | "before", …)`.
+    public func list(before cursor: String? = nil, limit: Int = 50, as device: DeviceID,
+                     consistency: ConsistencyToken? = nil) async throws -> PoopLogPage {
+        guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 200") }
+        let position = try cursor.map(LogCursor.init(encoded:))
+        let query = Self.listQuery(of: device, after: position, fetch: limit + 1)  // one more tells whether a page follows
+        let logs = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
+            // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
+            try tx.finalQuery(query).prefix(limit + 1).map(PoopLog.init(row:))
+        }
+        let items = Array(logs.prefix(limit))
+        let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
+        return PoopLogPage(items: items, nextCursor: next)
+    }
+
+    /// Applies `patch`; nil when the log does not exist or belongs to another device.
+    /// - Throws: `InvalidField` for an empty patch or a bad value.
+    public func update(_ id: UUID, _ patch: PoopLogPatch, as device: DeviceID) async throws -> PoopLog? {
+        guard !patch.isEmpty else { throw InvalidField("body", "names no field to change") }
+        let notes: String? = if case .set(let text) = patch.notes { text } else { nil }
+        try Self.validate(occurredAt: patch.occurredAt, bristolType: patch.bristolType, notes: notes)
+        return try await database.asDevice(device, idempotent: true) { tx in
+            try tx.finalQuery("""
+                UPDATE poop_logs SET
+                    occurred_at = COALESCE(\(patch.occurredAt)::timestamptz, occurred_at),
+                    bristol_type = COALESCE(\(patch.bristolType)::smallint, bristol_type),
+                    notes = CASE WHEN \(patch.notes != nil)::boolean THEN \(notes)::text ELSE notes END,
+                    updated_at = now()
+                WHERE device_id = \(device.key) AND id = \(id)
+                RETURNING \(unescaped: PoopLog.columns)
+                """).first.map(PoopLog.init(row:))
+        }
+    }
+
+    /// Deletes the log; false when it does not exist or belongs to another device.
+    public func delete(_ id: UUID, as device: DeviceID) async throws -> Bool {
+        try await database.asDevice(device, idempotent: true) { tx in
+            try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)").rowsAffected == 1
+        }
+    }
+
+    static func validate(occurredAt: Date?, bristolType: Int?, notes: String?, now: Date = Date()) throws(InvalidField) {
+        if let bristolType, !(1...7).contains(bristolType) { throw InvalidField("bristolType", "must be between 1 and 7") }
+        if let notes, notes.unicodeScalars.count > PoopLog.notesLimit {
+            throw InvalidField("notes", "is longer than \(PoopLog.notesLimit) characters")
+        }
+        if let occurredAt {
+            guard occurredAt <= now.addingTimeInterval(86_400) else { throw InvalidField("occurredAt", "is more than a day in the future") }
+            guard occurredAt >= Date(timeIntervalSince1970: 0) else { throw InvalidField("occurredAt", "is before 1970") }
+        }
+    }
+
+    /// Same content as stored: the timestamp compared to the whole second (the stored precision, sql/0011), so
+    /// that a log read from the API and sent again is a replay, not a conflict.
+    static func sameContent(_ log: PoopLog, _ new: NewPoopLog) -> Bool {
+        PoopLog.storedTime(log.occurredAt) == PoopLog.storedTime(new.occurredAt) && log.bristolType == new.bristolType
+            && log.notes == PoopLog.storedNotes(new.notes)
+    }
+}
+
+/// Where a page ends: the last log's time and id, opaque to clients.
+struct LogCursor: Sendable, Equatable {
+    let occurredAt: Date
+    let id: UUID
+
+    init(occurredAt: Date, id: UUID) {
+        self.occurredAt = occurredAt
+        self.id = id
+    }
+
+    /// - Throws: `InvalidField("before", …)` for anything this code did not produce.
+    init(encoded: String) throws(InvalidField) {
+        guard encoded.utf8.count <= 128, let bytes = Base64URL.decode(encoded),
+              let text = String(validating: bytes, as: UTF8.self) else { throw InvalidField("before", "is not a valid cursor") }
+        let parts = text.split(separator: "|")
+        guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUIDText.parse(parts[2])
+        else { throw InvalidField("before", "is not a valid cursor") }
+        // Only what `encoded` can produce: a log's time, which is never before 1970 (see `validate`).
+        guard micros >= 0, let occurredAt = Date(microsecondsSince1970: micros) else {
+            throw InvalidField("before", "is not a valid cursor")
+        }
+        self.occurredAt = occurredAt
+        self.id = id
+    }
+
+    /// nil only for a time outside years 1…9999, which no stored log has.
+    var encoded: String? {
+        guard let micros = occurredAt.microsecondsSince1970 else { return nil }
+        return Base64URL.encode(Array("v1|\(micros)|\(UUIDText.lowercase(id))".utf8))
+    }
+}

@@ -1,0 +1,70 @@
+import Hummingbird
+import NIOCore
+import PoopyPalsData
+import PostgresClient
+import Prometheus
+
+/// What operators and orchestrators call: liveness, readiness, the OpenAPI document, and `/metrics` (on the
+/// metrics listener, registered apart by `buildApplication`).
+struct OperationsController: Sendable {
+    let database: Database
+    /// A pool of one for `/readyz`, so that readiness does not queue behind a busy request pool.
+    let probe: ConnectionPool?
+    let metrics: PrometheusCollectorRegistry
+
+    func register(on router: Router<APIContext>) {
+        router.get("/healthz", use: health)
+        router.get("/readyz", use: ready)
+        router.get("/openapi.yaml", use: openAPI)
+    }
+
+    /// The OpenAPI document this service implements, as openapi.yaml holds it (embedded at build time).
+    @Sendable func openAPI(_ request: Request, context: APIContext) async throws -> Response {
+        Response(status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
+                 body: ResponseBody(byteBuffer: ByteBuffer(string: OpenAPIDocument.yaml + "\n")))
+    }
+
+    /// Liveness: the process answers. No database: a slow or busy database must not get the process restarted.
+    @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {
+        try JSONResponse.make(.ok, ["status": "ok"])
+    }
+
+    /// Readiness (`Database.checkReadiness`): the node reached takes writes, within 3 s.
+    @Sendable func ready(_ request: Request, context: APIContext) async throws -> Response {
+        do {
+            try await database.checkReadiness(on: probe)
+        } catch {
+            // The cause's class, never its text (which names hosts and users): a refused login will not heal by
+            // waiting, an unreachable server may.
+            var unavailable = APIError.databaseUnavailable
+            switch error {
+            case .busy:
+                throw APIError.busy
+            case .unavailable(.readOnly):
+                context.logger.warning("not ready: the database takes no writes", metadata: ["request_id": "\(context.requestID)"])
+                unavailable.message = "the database reached is read-only (a standby, or a primary being switched over); try again shortly"
+            case .unavailable(.authenticationFailed):
+                context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
+                unavailable.message = "the database refused the service's login (authentication failed): its credentials need fixing"
+            case .unavailable(.unreachable):
+                context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
+                unavailable.message = "the database is not reachable (down, or a wrong host or port); try again shortly"
+            default:
+                context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
+            }
+            throw unavailable
+        }
+        return try JSONResponse.make(.ok, ["status": "ok"])
+    }
+
+    @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {
+        let pool = database.pool.statistics
+        for (name, help, value) in [("poopypals_db_pool_in_use", "Database connections lent to a request now.", pool.inUse),
+                                    ("poopypals_db_pool_waiting", "Requests waiting for a database connection now.", pool.waiting),
+                                    ("poopypals_db_pool_open", "Database connections open now.", pool.open)] {
+            metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(Double(value))
+        }
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics))))
+    }
+}

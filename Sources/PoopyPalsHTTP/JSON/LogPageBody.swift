@@ -1,0 +1,15 @@
+import Foundation
+import PoopyPalsData
+import Values
+
+struct LogPageBody: Encodable {
+    let items: [LogBody]
+    let nextCursor: String?
+
+    enum CodingKeys: String, CodingKey { case items, nextCursor }
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(items, forKey: .items)
+        try container.encode(nextCursor, forKey: .nextCursor)
+    }
+}

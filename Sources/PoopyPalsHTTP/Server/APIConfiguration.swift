@@ -1,0 +1,47 @@
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import Logging
+import Metrics
+import NIOCore
+import PoopyPalsData
+import PostgresClient
+import Prometheus
+import ServiceLifecycle
+
+/// How `poopypals serve` runs.
+public struct APIConfiguration: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    public var poolSize = 10
+    /// How long a request waits for a free database connection before a 503 `busy`.
+    public var acquireTimeout: Duration = .seconds(3)
+    /// Statement and lock time limits of every request transaction.
+    public var timeouts = RequestTimeouts.default
+    /// After SIGTERM, in-flight requests get this long; then their statements are cancelled on the server, so
+    /// every client is answered and the process exits within 10 s.
+    public var shutdownGrace: Duration = .seconds(6)
+    public var jwtSecret: String
+    /// `AUTH_JWT_ISSUER` / `AUTH_JWT_AUDIENCE`.
+    public var tokenRequirements = TokenRequirements()
+    /// `/metrics` listens here, apart from the API (`POOPYPALS_METRICS_PORT`; 0 picks a free port).
+    public var metricsHost = "127.0.0.1"
+    public var metricsPort = 9464
+    /// A connection that sends nothing for this long is closed: an idle keep-alive connection, or a client
+    /// that stops in the middle of its headers or body (`POOPYPALS_IDLE_TIMEOUT`).
+    public var idleTimeout: Duration = .seconds(30)
+    /// A request's headers must arrive within this (from the connection's start or the previous response's
+    /// end), and then its body within it again: else 408 and the connection is closed
+    /// (`POOPYPALS_REQUEST_TIMEOUT`). Bounds clients that trickle bytes, which the idle timeout does not.
+    public var requestTimeout: Duration = .seconds(30)
+    /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
+    public var maxConnections = 8192
+    public var database: ConnectionConfiguration
+    /// Standbys for read-only requests (`POOPYPALS_READ_DATABASE_URL`); nil: everything on `database`.
+    public var readDatabase: ConnectionConfiguration?
+
+    public init(jwtSecret: String, database: ConnectionConfiguration) {
+        self.jwtSecret = jwtSecret
+        self.database = database
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import Logging
+import Metrics
+import NIOCore
+import PoopyPalsData
+import PostgresClient
+import Prometheus
+import ServiceLifecycle
+
+/// Builds the HTTP application (tests call this too). `onListening` receives the bound port, useful with port 0;
+/// `onMetricsListening` the metrics listener's.
+/// - Throws: `ConfigurationError` for an unusable JWT secret.
+public func buildApplication(
+    _ configuration: APIConfiguration, logger: Logger = Logger(label: "poopypals.http"),
+    onListening: @escaping @Sendable (Int) async -> Void = { _ in },
+    onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
+) async throws -> some ApplicationProtocol {
+    try await buildApplication(configuration, pools: APIPools(configuration), logger: logger, onListening: onListening,
+                               onMetricsListening: onMetricsListening)
+}
+
+func buildApplication(
+    _ configuration: APIConfiguration, pools: APIPools, logger: Logger,
+    onListening: @escaping @Sendable (Int) async -> Void,
+    onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
+) async throws -> some ApplicationProtocol {
+    // Before anything creates a metric: one made before the backend exists stays a no-op for good.
+    let registry = APIMetrics.registry
+    let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts)
+    let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
+    let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry)
+    // The route templates, to answer a known path with a wrong method 405 and `Allow`.
+    let templates = Router(context: APIContext.self)
+    routes.register(on: templates)
+    let router = Router(context: APIContext.self)
+    router.middlewares.add(RequestLogMiddleware(logger: logger, tokensCommits: pools.reads != nil))
+    router.middlewares.add(RequestMetricsMiddleware(metrics: RequestMetrics(registry: registry)))
+    router.middlewares.add(ErrorMiddleware(routes: RouteTable(templates)))
+    router.middlewares.add(StrictQueryMiddleware())
+    router.middlewares.add(DeviceMiddleware())
+    routes.register(on: router)
+
+    // /metrics on a listener of its own (loopback by default): pool sizes and request counts are not for the public.
+    let metricsRouter = Router(context: APIContext.self)
+    metricsRouter.middlewares.add(ErrorMiddleware(routes: nil))
+    metricsRouter.get("/metrics", use: routes.operations.prometheus)
+    let metrics = Application(
+        router: metricsRouter,
+        configuration: .init(address: .hostname(configuration.metricsHost, port: configuration.metricsPort), serverName: nil),
+        onServerRunning: { channel in await onMetricsListening(channel.localAddress?.port ?? configuration.metricsPort) },
+        logger: logger)
+    Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
+    let http1 = HTTP1Channel.Configuration(
+        additionalChannelHandlers: [ParserErrorResponder(requestTimeout: TimeAmount(configuration.requestTimeout))],
+        idleTimeout: TimeAmount(configuration.idleTimeout),
+        httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
+                                        maxHeaderListSize: ParserErrorResponder.maxHeaderSize,
+                                        maxHeaderFieldCount: ParserErrorResponder.maxFieldCount))
+    let executor = pools.requests.taskExecutor()
+    return Application(
+        router: router,
+        server: HTTPServerBuilder { responder in
+            ExecutorChildChannel(base: HTTP1Channel(responder: responder, configuration: http1), executor: executor)
+        },
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
+                             availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
+        services: [PoolShutdown(pools: pools, logger: logger), metrics],
+        onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
+        logger: logger)
+}

@@ -1,0 +1,238 @@
+import Values
+import Foundation
+
+/// Why a value could not be decoded; `Row` wraps it with the column name into `PostgresDecodingError`.
+public struct PostgresDecodingFailure: Error, Sendable {
+    public let reason: String
+    public init(_ reason: String) { self.reason = reason }
+}
+
+/// A Swift type that can be decoded from a column in PostgreSQL's text format.
+public protocol PostgresDecodable {
+    /// Decodes a non-NULL value.
+    /// - Throws: `PostgresDecodingFailure` naming the reason, never quoting the value.
+    static func decode(postgresText text: String, type: PostgresType) throws -> Self
+    /// Decodes a non-NULL value from its UTF-8 bytes, as libpq holds them (valid only during the call). The
+    /// default makes a `String` and calls `decode(postgresText:type:)`; the types read on every request (UUIDs,
+    /// timestamps, integers) read the bytes themselves, with the same results and the same failures.
+    static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self
+    /// The value for SQL NULL; throws for non-optional types.
+    static func decodeNull() throws -> Self
+}
+
+extension PostgresDecodable {
+    public static func decodeNull() throws -> Self { throw PostgresDecodingFailure("unexpected NULL") }
+
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)
+    }
+
+    static func requireType(_ type: PostgresType, _ accepted: PostgresType...) throws {
+        guard accepted.contains(type) else { throw PostgresDecodingFailure("incompatible column type") }
+    }
+}
+
+extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Self {
+        try Wrapped.decode(postgresText: text, type: type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        try Wrapped.decode(postgresBytes: bytes, type: type)
+    }
+    public static func decodeNull() throws -> Self { nil }
+}
+
+/// Any column can be read as its text representation.
+extension String: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> String { text }
+}
+
+extension Bool: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Bool {
+        try requireType(type, .bool)
+        switch text {
+        case "t": return true
+        case "f": return false
+        default: throw PostgresDecodingFailure("not a boolean")
+        }
+    }
+}
+
+/// An integer column's digits, read from the bytes; anything else (numeric, a sign PostgreSQL does not print, out of
+/// range) goes the `String` way, which also words the failure.
+private func decodeInteger<T: FixedWidthInteger>(_ bytes: UnsafeBufferPointer<UInt8>, _ type: PostgresType) throws -> T {
+    if type.isInteger, let value: T = parseDecimalDigits(bytes) { return value }
+    return try decodeInteger(String(decoding: bytes, as: UTF8.self), type)
+}
+
+/// `-?[0-9]+` as `T`, or nil (also on overflow: every step is checked).
+func parseDecimalDigits<T: FixedWidthInteger>(_ bytes: UnsafeBufferPointer<UInt8>) -> T? {
+    let negative = bytes.first == UInt8(ascii: "-")
+    var index = negative ? 1 : 0
+    guard index < bytes.count else { return nil }
+    var value: T = 0
+    while index < bytes.count {
+        let digit = bytes[index] &- 48
+        guard digit < 10 else { return nil }
+        let (shifted, overflowed) = value.multipliedReportingOverflow(by: 10)
+        let (next, carried) = negative ? shifted.subtractingReportingOverflow(T(truncatingIfNeeded: digit))
+                                       : shifted.addingReportingOverflow(T(truncatingIfNeeded: digit))
+        guard !overflowed, !carried else { return nil }
+        value = next
+        index += 1
+    }
+    return value
+}
+
+private func decodeInteger<T: FixedWidthInteger>(_ text: String, _ type: PostgresType) throws -> T {
+    guard type.isInteger || type == .numeric else { throw PostgresDecodingFailure("incompatible column type") }
+    guard let value = T(text) else {
+        throw PostgresDecodingFailure(Int64(text) != nil || type == .numeric
+            ? "value out of range for \(T.self) or not an integer" : "not an integer")
+    }
+    return value
+}
+
+extension Int: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Int {
+        try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
+        try decodeInteger(bytes, type)
+    }
+}
+
+extension Int16: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Int16 {
+        try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
+        try decodeInteger(bytes, type)
+    }
+}
+
+extension Int32: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Int32 {
+        try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
+        try decodeInteger(bytes, type)
+    }
+}
+
+extension Int64: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Int64 {
+        try decodeInteger(text, type)
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
+        try decodeInteger(bytes, type)
+    }
+}
+
+extension Double: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Double {
+        // numeric is refused on purpose: it would silently lose precision. Use Decimal or String.
+        guard type == .float8 || type == .float4 || type.isInteger else {
+            throw PostgresDecodingFailure("incompatible column type (use Decimal or String for numeric)")
+        }
+        switch text {
+        case "NaN": return .nan
+        case "Infinity": return .infinity
+        case "-Infinity": return -.infinity
+        default:
+            guard let value = Double(text) else { throw PostgresDecodingFailure("not a number") }
+            return value
+        }
+    }
+}
+
+extension Decimal: PostgresDecodable {
+    /// Refuses values that `Decimal` cannot hold exactly (it keeps 38 significant digits) rather than rounding.
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Decimal {
+        guard type == .numeric || type.isInteger else { throw PostgresDecodingFailure("incompatible column type") }
+        guard text != "NaN", !text.hasSuffix("Infinity") else {
+            throw PostgresDecodingFailure("NaN and Infinity have no Decimal form")
+        }
+        guard let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")) else {
+            throw PostgresDecodingFailure("not a number")
+        }
+        let roundTrip = NSDecimalNumber(decimal: value).description(withLocale: Locale(identifier: "en_US_POSIX"))
+        guard Self.canonical(roundTrip) == Self.canonical(text) else {
+            throw PostgresDecodingFailure("more digits than Decimal holds; decode as String")
+        }
+        return value
+    }
+
+    /// Drops a leading `+`, leading zeros of the integer part and trailing zeros of the fraction.
+    private static func canonical(_ text: String) -> String {
+        var sign = ""
+        var body = Substring(text)
+        if body.first == "-" { sign = "-"; body = body.dropFirst() } else if body.first == "+" { body = body.dropFirst() }
+        var integer = body
+        var fraction: Substring = ""
+        if let dot = body.firstIndex(of: ".") {
+            integer = body[..<dot]
+            fraction = body[body.index(after: dot)...]
+        }
+        while fraction.last == "0" { fraction = fraction.dropLast() }
+        while integer.count > 1, integer.first == "0" { integer = integer.dropFirst() }
+        if integer.isEmpty { integer = "0" }
+        if integer == "0", fraction.isEmpty { sign = "" }
+        return sign + integer + (fraction.isEmpty ? "" : "." + fraction)
+    }
+}
+
+extension UUID: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> UUID {
+        try requireType(type, .uuid)
+        guard let value = UUIDText.parse(text) else { throw PostgresDecodingFailure("not a UUID") }
+        return value
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> UUID {
+        try requireType(type, .uuid)
+        guard let value = UUIDText.parse(utf8: bytes) else { throw PostgresDecodingFailure("not a UUID") }
+        return value
+    }
+}
+
+extension Date: PostgresDecodable {
+    /// Reads timestamptz (any UTC offset), timestamp (taken as UTC) and date (midnight UTC).
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Date {
+        try requireType(type, .timestamptz, .timestamp, .date)
+        guard let value = PostgresDate.parse(text) else {
+            throw PostgresDecodingFailure(text.hasSuffix("infinity")
+                ? "infinite timestamps have no Date form" : "not an ISO timestamp (is DateStyle ISO?)")
+        }
+        return value
+    }
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Date {
+        try requireType(type, .timestamptz, .timestamp, .date)
+        if let value = PostgresDate.parse(utf8: bytes) { return value }
+        return try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)  // words the failure
+    }
+}
+
+extension Data: PostgresDecodable {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Data {
+        try requireType(type, .bytea)
+        let utf8 = Array(text.utf8)
+        guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x"), utf8.count % 2 == 0 else {
+            throw PostgresDecodingFailure("bytea not in hex format (is bytea_output 'hex'?)")
+        }
+        func nibble(_ byte: UInt8) throws -> UInt8 {
+            switch byte {
+            case 48...57: return byte - 48
+            case 97...102: return byte - 87
+            case 65...70: return byte - 55
+            default: throw PostgresDecodingFailure("invalid hex digit")
+            }
+        }
+        var data = Data(capacity: (utf8.count - 2) / 2)
+        var index = 2
+        while index < utf8.count {
+            data.append(try nibble(utf8[index]) << 4 | nibble(utf8[index + 1]))
+            index += 2
+        }
+        return data
+    }
+}

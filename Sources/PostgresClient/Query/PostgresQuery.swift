@@ -1,0 +1,84 @@
+/// A statement with its bound values.
+///
+/// Built with string interpolation, every `\(value)` becomes a bound parameter (`$1`, `$2`, …); a name that
+/// cannot be bound is spelled `\(identifier: name)` (quoted); other raw SQL must be spelled `\(unescaped: "…")`,
+/// so that it stands out in review. `Connection.executeScript` runs constant SQL only (no values: it sends the
+/// simple protocol, for statements that cannot be prepared or several at once):
+///
+///     let query: PostgresQuery = "SELECT id FROM users WHERE email = \(email)"
+public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
+    /// The SQL text with `$n` placeholders.
+    public private(set) var sql: String
+    /// Values in text format; `nil` is SQL NULL.
+    public private(set) var binds: [String?]
+    /// The first value that could not be encoded; thrown when the query is run, before anything is sent.
+    private(set) var bindError: PostgresClientError?
+
+    /// SQL with values bound by position. `sql` must not contain values spliced in by hand.
+    public init(unsafeSQL sql: String, binds: [any PostgresEncodable] = []) {
+        self.sql = sql
+        self.binds = []
+        for value in binds { bind(value) }
+    }
+
+    public init(stringLiteral value: String) {
+        self.init(unsafeSQL: value)
+    }
+
+    public init(stringInterpolation: StringInterpolation) {
+        self = stringInterpolation.query
+    }
+
+    private mutating func bind(_ value: some PostgresEncodable) {
+        do {
+            binds.append(try value.postgresText())
+        } catch let error as PostgresClientError {
+            binds.append(nil)
+            if bindError == nil {
+                bindError = PostgresClientError(error.kind, "parameter $\(binds.count): \(error.message)")
+            }
+        } catch {
+            binds.append(nil)
+            if bindError == nil { bindError = PostgresClientError(.invalidParameter, "parameter $\(binds.count): \(error)") }
+        }
+    }
+
+    /// The SQL text only: bound values are never printed.
+    public var description: String { sql }
+
+    public struct StringInterpolation: StringInterpolationProtocol {
+        fileprivate var query = PostgresQuery(unsafeSQL: "")
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            query.sql.reserveCapacity(literalCapacity + interpolationCount * 3)
+            query.binds.reserveCapacity(interpolationCount)
+        }
+
+        public mutating func appendLiteral(_ literal: String) {
+            query.sql += literal
+        }
+
+        /// Binds `value` as the next parameter.
+        public mutating func appendInterpolation(_ value: some PostgresEncodable) {
+            query.bind(value)
+            query.sql += "$\(query.binds.count)"
+        }
+
+        /// Binds `value` as the next parameter, or NULL when it is nil.
+        public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
+            query.bind(value)
+            query.sql += "$\(query.binds.count)"
+        }
+
+        /// Splices raw SQL text in. Never pass anything that came from outside the program.
+        public mutating func appendInterpolation(unescaped sql: String) {
+            query.sql += sql
+        }
+
+        /// Splices a name in as a quoted identifier (`PostgresIdentifier.quoted`): the one way a table, column or
+        /// role name that is not a constant enters SQL (names cannot be bound).
+        public mutating func appendInterpolation(identifier name: String) {
+            query.sql += PostgresIdentifier.quoted(name)
+        }
+    }
+}
