@@ -173,19 +173,7 @@ struct Bench: AsyncParsableCommand {
         let count = devices
         try await pool.withConnection { conn in
             try Migrator(files: files).migrate(on: conn)
-            // Maintenance path: FORCE is lifted inside this transaction only, so the owner may seed every device.
-            try conn.transaction { conn in
-                try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
-                try conn.execute("""
-                    INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
-                        'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n
-                    """)
-                try conn.execute("""
-                    INSERT INTO devices (id, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
-                        ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
-                    """)
-                try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
-            }
+            try Scaling.seedDevices(count, on: conn)
         }
         // 20 logs per device, so that "list 20 newest" lists 20.
         try await Scaling.seed(rows: 20 * count, devices: count, pool: pool)

@@ -17,6 +17,24 @@ enum Scaling {
     /// every size lists the same number of rows: equal work.
     static func devices(for rows: Int, seeded: Int) -> Int { max(1, min(seeded, rows / 21)) }
 
+    /// Users 1…`count` and their devices 1…`count` (`Scenario.user(n)`, `Scenario.device(n)`); rows already there
+    /// are kept. Maintenance path: FORCE is lifted inside this transaction only, so the owner may seed every device.
+    static func seedDevices(_ count: Int, on conn: Connection) throws {
+        try conn.transaction { conn in
+            try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
+            try conn.execute("""
+                INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
+                    'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
+                """)
+            try conn.execute("""
+                INSERT INTO devices (id, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
+                    ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
+                ON CONFLICT DO NOTHING
+                """)
+            try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
+        }
+    }
+
     /// `seed(rows:devices:pool:)` on a session of its own, closed afterwards.
     static func seed(rows: Int, devices: Int, target: ConnectionConfiguration) async throws {
         let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))

@@ -48,21 +48,7 @@ enum ReadScale {
     private static func seed(_ target: ConnectionConfiguration, devices count: Int) async throws {
         let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: 1))
         do {
-            try await pool.withConnection { conn in
-                try conn.transaction { conn in
-                    try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
-                    try conn.execute("""
-                        INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
-                            'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
-                        """)
-                    try conn.execute("""
-                        INSERT INTO devices (id, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
-                            ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
-                        ON CONFLICT DO NOTHING
-                        """)
-                    try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
-                }
-            }
+            try await pool.withConnection { conn in try Scaling.seedDevices(count, on: conn) }
             try await Scaling.seed(rows: 20 * count, devices: count, pool: pool)
         } catch {
             await pool.close()
