@@ -18,16 +18,30 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         self.message = message
     }
 
-    private struct Body: Encodable {
+    /// `{"error":{"code":…,"message":…}}`.
+    struct Body: Encodable, JSONWritable {
         struct Detail: Encodable { let code: String; let message: String }
         let error: Detail
+
+        func write(to output: inout JSONOutput) {
+            output.raw(#"{"error":{"code":"#)
+            output.string(error.code)
+            output.raw(#","message":"#)
+            output.string(error.message)
+            output.raw("}}")
+        }
     }
 
     /// The JSON body, also written by `ParserErrorResponder` below the router.
-    func body() throws -> Data { try JSONResponse.encode(Body(error: .init(code: code, message: message))) }
+    func body() -> [UInt8] {
+        var output = JSONOutput(capacity: 96 + message.utf8.count)
+        Body(error: .init(code: code, message: message)).write(to: &output)
+        return output.bytes
+    }
 
     public func response(from request: Request, context: some RequestContext) throws -> Response {
-        var response = try JSONResponse.make(status, Body(error: .init(code: code, message: message)))
+        var response = Response(status: status, headers: [.contentType: JSONResponse.contentType],
+                                body: ResponseBody(byteBuffer: ByteBuffer(bytes: body())))
         response.headers.append(contentsOf: headers)
         return response
     }
@@ -59,7 +73,9 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .cursorExpired:
                 return APIError(.gone, "cursor_expired", "changes after this cursor were purged; pull again without a cursor")
             case .versionConflict(let index):
-                return APIError(.conflict, "version_conflict", "operations[\(index)]: the log has changed since its baseVersion; nothing was applied")
+                return APIError(.conflict, "version_conflict", "\(SyncController.path(ofOperation: index)): the log has changed since its baseVersion; nothing was applied")
+            case .invalidOperation(let index, let field):
+                return .invalid(SyncController.path(ofOperation: index, field: field.field), field.reason)
             }
         case is OutcomeUnknown: return .outcomeUnknown
         case is NIOTooManyBytesError:

@@ -1,10 +1,12 @@
 import Foundation
+@testable import PoopyPalsData
 @testable import PoopyPalsHTTP
 import PostgresClient
 import Testing
 import Values
 
-/// The hand-written JSON of the hot bodies is byte for byte what `JSONEncoder` (the rest of the API) writes.
+/// The API's one JSON writer (`JSONOutput`) writes every body byte for byte as Foundation's `JSONEncoder` writes
+/// the same `Encodable` body (sorted keys, timestamps as `Timestamp`): the encoder is the reference, kept here.
 @Suite("JSON output")
 struct JSONOutputTests {
     static let nasty: [String?] = [
@@ -22,16 +24,16 @@ struct JSONOutputTests {
     @Test(arguments: nasty)
     func aLogIsWrittenAsTheEncoderWritesIt(_ notes: String?) throws {
         let body = Self.log(notes)
-        #expect(try JSONResponse.encode(writing: body) == Array(try JSONResponse.encode(body)))
+        #expect(try JSONResponse.encode(writing: body) == (try ReferenceJSON.encode(body)))
     }
 
     @Test func pagesAndArraysAreWrittenAsTheEncoderWritesThem() throws {
         let logs = Self.nasty.enumerated().map { Self.log($1, seconds: Double($0) * 86_399.5, version: Int64.max - Int64($0)) }
         for page in [LogPageBody(items: logs, nextCursor: "djF8MTIzfGFi-_"), LogPageBody(items: [], nextCursor: nil)] {
-            #expect(try JSONResponse.encode(writing: page) == Array(try JSONResponse.encode(page)))
+            #expect(try JSONResponse.encode(writing: page) == (try ReferenceJSON.encode(page)))
         }
-        #expect(try JSONResponse.encode(writing: logs) == Array(try JSONResponse.encode(logs)))
-        #expect(try JSONResponse.encode(writing: [LogBody]()) == Array(try JSONResponse.encode([LogBody]())))
+        #expect(try JSONResponse.encode(writing: logs) == (try ReferenceJSON.encode(logs)))
+        #expect(try JSONResponse.encode(writing: [LogBody]()) == (try ReferenceJSON.encode([LogBody]())))
     }
 
     @Test func randomTextIsWrittenAsTheEncoderWritesIt() throws {
@@ -41,8 +43,101 @@ struct JSONOutputTests {
                 Unicode.Scalar(UInt32.random(in: Bool.random(using: &generator) ? 0...0x7f : 0...0x10ffff, using: &generator))
             }
             let body = Self.log(String(String.UnicodeScalarView(scalars)))
-            #expect(try JSONResponse.encode(writing: body) == Array(try JSONResponse.encode(body)))
+            #expect(try JSONResponse.encode(writing: body) == (try ReferenceJSON.encode(body)))
         }
+    }
+
+    /// A device or user as the repositories return it, decoded from the model's own `Codable` form.
+    static func model<T: Decodable>(_ type: T.Type, _ json: [String: Any?]) throws -> T {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        let present = json.compactMapValues { $0 }
+        return try decoder.decode(T.self, from: JSONSerialization.data(withJSONObject: present))
+    }
+
+    static func device(_ text: String?, user: UUID? = UUID()) throws -> DeviceBody {
+        DeviceBody(try model(Device.self, [
+            "id": UUID().uuidString, "userID": user?.uuidString, "createdAt": 1_795_222_800.5, "lastSeenAt": -12_219_292_800,
+            "info": ([
+                "model": text, "osVersion": text, "appVersion": text.map { $0 + "1" }, "buildNumber": text, "isSimulator": text == nil,
+            ] as [String: Any?]).compactMapValues { $0 },
+        ]))
+    }
+
+    static func user(_ text: String?) throws -> UserBody {
+        UserBody(try model(User.self, [
+            "id": UUID().uuidString, "email": text ?? "a@example.com", "fullName": text, "role": "member",
+            "dateOfBirth": text == nil ? nil : "0999-01-31", "createdAt": 0, "updatedAt": 253_402_300_799,
+        ]))
+    }
+
+    @Test(arguments: nasty)
+    func devicesUsersAndProfilesAreWrittenAsTheEncoderWritesThem(_ text: String?) throws {
+        let device = try Self.device(text, user: text == nil ? nil : UUID())
+        #expect(try JSONResponse.encode(writing: device) == (try ReferenceJSON.encode(device)))
+        let user = try Self.user(text)
+        #expect(try JSONResponse.encode(writing: user) == (try ReferenceJSON.encode(user)))
+        for profile in [ProfileBody(user: user, device: device), ProfileBody(user: user, device: nil)] {
+            #expect(try JSONResponse.encode(writing: profile) == (try ReferenceJSON.encode(profile)))
+        }
+    }
+
+    @Test(arguments: nasty)
+    func syncPagesPushesErrorsAndStatusAreWrittenAsTheEncoderWritesThem(_ text: String?) throws {
+        let log = try Self.model(PoopLog.self, [
+            "id": UUID().uuidString, "occurredAt": 86_399.5, "bristolType": 7, "notes": text, "createdAt": 0, "updatedAt": 1, "version": 9,
+        ])
+        for changes in [[], [SyncChange.upsert(log), .delete(UUID()), .upsert(log)]] {
+            for hasMore in [false, true] {
+                let page = SyncPageBody(SyncPage(changes: changes, cursor: text ?? "czF8MA", hasMore: hasMore))
+                #expect(try JSONResponse.encode(writing: page) == (try ReferenceJSON.encode(page)))
+            }
+        }
+        let push = PushBody(results: [.init(id: UUID().lowercased, status: text ?? "created"), .init(id: "x", status: "deleted")],
+                            cursor: text ?? "")
+        #expect(try JSONResponse.encode(writing: push) == (try ReferenceJSON.encode(push)))
+        let error = APIError(.badRequest, text ?? "invalid_field", text ?? "notes: is too long")
+        #expect(error.body() == (try ReferenceJSON.encode(APIError.Body(error: .init(code: error.code, message: error.message)))))
+        #expect(try JSONResponse.encode(writing: StatusBody(status: text ?? "ok")) == (try ReferenceJSON.encode(StatusBody(status: text ?? "ok"))))
+    }
+
+    /// The streamed export (its head, comma-joined batches, and `]}`) is one JSON document holding what each
+    /// part's body holds, for no batch, one, and several.
+    @Test(arguments: [0, 1, 3])
+    func theStreamedExportIsOneDocument(_ batches: Int) throws {
+        let device = try Self.device("iPhone \"15\"")
+        for profile in [try Self.user("Chris"), nil] {
+            var output = JSONOutput()
+            try ExportHead(device: device, profile: profile).write(to: &output)
+            var logs: [LogBody] = []
+            for batch in 0..<batches {
+                if batch > 0 { output.raw(",") }
+                let part = Self.nasty.prefix(batch + 1).map { Self.log($0) }
+                try part.writeElements(to: &output)
+                logs += part
+            }
+            output.raw("]}")
+            let parsed = try #require(try JSONSerialization.jsonObject(with: Data(output.bytes)) as? NSDictionary)
+            var expected: [String: Any] = [
+                "device": try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(device))),
+                "logs": try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(logs))),
+            ]
+            if let profile { expected["profile"] = try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(profile))) }
+            #expect(parsed == expected as NSDictionary)
+        }
+    }
+}
+
+/// Foundation's encoder with the API's settings: the reference `JSONOutput` is compared with.
+enum ReferenceJSON {
+    static func encode(_ value: some Encodable) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(try Timestamp.format(date))
+        }
+        return Array(try encoder.encode(value))
     }
 }
 

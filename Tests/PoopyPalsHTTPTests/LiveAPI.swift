@@ -20,15 +20,7 @@ struct LiveAPI: Sendable {
     let logs: Locked<[String]>
     private let task: Task<Void, any Error>
 
-    struct Reply: Sendable {
-        let status: Int
-        let headers: [String: String]
-        let body: Data
-        var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
-        var errorCode: String? { (json?["error"] as? [String: Any])?["code"] as? String }
-        var text: String { String(decoding: body, as: UTF8.self) }
-        func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
-    }
+    typealias Reply = HTTPReply
 
     /// Starts the app on `db` (or on any configuration), returns once it listens.
     static func start(_ database: ConnectionConfiguration, poolSize: Int = 8,
@@ -68,23 +60,10 @@ struct LiveAPI: Sendable {
 
     func send(_ method: String, _ path: String, device: UUID? = nil, token: String? = nil,
               headers: [String: String] = [:], json: String? = nil, body: Data? = nil, on host: URL? = nil) async throws -> Reply {
-        var request = URLRequest(url: try #require(URL(string: path, relativeTo: host ?? base)))
-        request.httpMethod = method
-        request.timeoutInterval = 15
-        if let device { request.setValue(device.uuidString.lowercased(), forHTTPHeaderField: "X-Device-ID") }
-        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        if let json {
-            request.httpBody = Data(json.utf8)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        } else if let body {
-            request.httpBody = body
-        }
-        let (data, response) = try await TestHTTP.data(for: request)
-        guard let http = response as? HTTPURLResponse else { throw SetupError("not an HTTP response") }
-        var fields: [String: String] = [:]
-        for (name, value) in http.allHeaderFields { fields["\(name)"] = "\(value)" }
-        return Reply(status: http.statusCode, headers: fields, body: data)
+        var fields = headers
+        if let device { fields["X-Device-ID"] = device.uuidString.lowercased() }
+        if let token { fields["Authorization"] = "Bearer \(token)" }
+        return try await TestHTTP.send(method, try #require(URL(string: path, relativeTo: host ?? base)), headers: fields, json: json, body: body)
     }
 
     /// A token as the auth provider would mint it.

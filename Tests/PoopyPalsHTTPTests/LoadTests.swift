@@ -49,11 +49,9 @@ struct LoadTests {
     }
 
     static func healthLatency(_ base: String) async throws -> Duration {
-        var request = URLRequest(url: try #require(URL(string: base + "/healthz")))
-        request.timeoutInterval = 30
+        let url = try #require(URL(string: base + "/healthz"))
         let started = ContinuousClock.now
-        let (_, response) = try await TestHTTP.data(for: request)
-        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        #expect(try await TestHTTP.send("GET", url, timeout: 30).status == 200)
         return ContinuousClock.now - started
     }
 
@@ -207,13 +205,9 @@ struct LoadTests {
             defer { process.terminate() }
             let device = UUID()
             func send(_ method: String, _ path: String, json: String? = nil) async throws -> (Int, Data) {
-                var request = URLRequest(url: try #require(URL(string: base + path)))
-                request.httpMethod = method
-                request.timeoutInterval = 120
-                request.setValue(device.uuidString, forHTTPHeaderField: "X-Device-ID")
-                if let json { request.httpBody = Data(json.utf8); request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-                let (data, response) = try await TestHTTP.data(for: request)
-                return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+                let reply = try await TestHTTP.send(method, try #require(URL(string: base + path)),
+                                                    headers: ["X-Device-ID": device.uuidString], json: json, timeout: 120)
+                return (reply.status, reply.body)
             }
             #expect(try await send("PUT", "/v1/device", json: "{}").0 == 201)
             let count = 100_000

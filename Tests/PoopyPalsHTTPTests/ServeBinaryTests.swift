@@ -142,15 +142,7 @@ struct ServeBinaryTests {
     }
 
     static func request(_ method: String, _ url: String, device: String? = nil, body: String? = nil) async throws -> (Int, Data) {
-        var request = URLRequest(url: URL(string: url)!)
-        request.httpMethod = method
-        request.timeoutInterval = 15
-        if let device { request.setValue(device, forHTTPHeaderField: "X-Device-ID") }
-        if let body {
-            request.httpBody = Data(body.utf8)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        let (data, response) = try await TestHTTP.data(for: request)
-        return ((response as? HTTPURLResponse)?.statusCode ?? 0, data)
+        let reply = try await TestHTTP.send(method, try #require(URL(string: url)), headers: device.map { ["X-Device-ID": $0] } ?? [:], json: body)
+        return (reply.status, reply.body)
     }
 }

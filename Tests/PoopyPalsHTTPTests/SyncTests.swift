@@ -151,6 +151,16 @@ struct SyncTests {
         }
     }
 
+    /// The data layer names an operation's own field; the API answers with the field's path in the push's body.
+    @Test(arguments: [("bristolType", "operations[2].log.bristolType"), ("notes", "operations[2].log.notes"),
+                      ("occurredAt", "operations[2].log.occurredAt"), ("baseVersion", "operations[2].baseVersion")])
+    func aBadOperationIsAnsweredWithItsPathInThePush(_ field: String, _ path: String) {
+        let error = APIError.from(SyncError.invalidOperation(index: 2, InvalidField(field, "is wrong")))
+        #expect(error.status == .badRequest && error.code == "invalid_field")
+        #expect(error.message == "\(path): is wrong")
+        #expect(APIError.from(SyncError.versionConflict(index: 2)).message.hasPrefix("operations[2]: "))
+    }
+
     @Test func aBatchWithOneBadOperationOrAStaleBaseVersionAppliesNothing() async throws {
         try await TestDatabase.withAPI { api, _ in
             let device = UUID()

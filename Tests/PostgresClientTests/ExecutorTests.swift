@@ -5,7 +5,8 @@ import Testing
 import TestSupport
 
 /// Tasks that prefer the pool's executor (`ConnectionPool.taskExecutor()`, what the HTTP server does for every
-/// connection): the body runs on the task's own thread, and everything the pool promises still holds.
+/// connection): the body runs on the task's own thread, and everything the pool promises still holds (the
+/// promises both placements share are `PoolTests`' parameterised tests).
 @Suite("Connection pool executor")
 struct ExecutorTests {
     private static var threadID: UInt { UInt(bitPattern: Int(bitPattern: UInt(pthread_self()))) }
@@ -30,29 +31,6 @@ struct ExecutorTests {
             #expect(Set(threads.0).count == 1)
             #expect(threads.1)
             #expect(!ConnectionExecutor.isCurrent)
-            await pool.close()
-        }
-    }
-
-    @Test func thirtyTwoTasksOnThePoolsExecutorShareAPoolOfFour() async throws {
-        try await TestDatabase.with { db in
-            let pool = db.pool(size: 4)
-            let peak = Locked(0)
-            let backends = try await withThrowingTaskGroup(of: Int32.self) { group in
-                for i in 0..<32 {
-                    group.addTask(executorPreference: pool.taskExecutor()) {
-                        try await pool.withConnection { conn in
-                            peak.withLock { $0 = max($0, pool.statistics.inUse) }
-                            try conn.query("SELECT pg_sleep(0.02), \(i)")
-                            return conn.serverProcessID
-                        }
-                    }
-                }
-                return try await group.reduce(into: Set<Int32>()) { $0.insert($1) }
-            }
-            #expect(backends.count <= 4)
-            #expect(peak.withLock { $0 } == 4)
-            #expect(pool.statistics == .init(open: 4, inUse: 0, idle: 4, waiting: 0))
             await pool.close()
         }
     }
@@ -134,33 +112,6 @@ struct ExecutorTests {
             }
             await #expect(throws: CancellationError.self) { try await task.value }
             #expect(!ran.value)
-            await pool.close()
-        }
-    }
-
-    @Test func waitersOnTheExecutorTimeOutWithAClearError() async throws {
-        try await TestDatabase.with { db in
-            let pool = db.pool(size: 1, acquireTimeout: .milliseconds(200))
-            let executor = pool.taskExecutor()
-            let holding = Locked(false)
-            let waiterDone = Locked(false)
-            let holder = Task(executorPreference: executor) {
-                try await pool.withConnection { conn in
-                    holding.withLock { $0 = true }
-                    let deadline = Date().addingTimeInterval(30)
-                    while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-                    try conn.query("SELECT 1")
-                }
-            }
-            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
-            let started = ContinuousClock.now
-            let waiter = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
-            let error = await #expect(throws: PostgresClientError.self) { try await waiter.value }
-            #expect(error?.kind == .poolTimeout)
-            // The timeout, not the holder's 30 s; generous, as other tests may keep the machine's two cores busy.
-            #expect(ContinuousClock.now - started < .seconds(15))
-            waiterDone.withLock { $0 = true }
-            try await holder.value
             await pool.close()
         }
     }

@@ -6,13 +6,22 @@ import TestSupport
 
 @Suite("Connection pool")
 struct PoolTests {
-    @Test func thirtyTwoConcurrentTasksOnAPoolOfFourAllFinish() async throws {
+    /// Where the borrowing tasks run: Swift's cooperative pool, or the pool's own executor (what the HTTP server
+    /// does for every connection: `ExecutorTests`). The pool keeps its promises either way.
+    enum Placement: String, CaseIterable, CustomTestStringConvertible {
+        case cooperativePool, poolsExecutor
+        var testDescription: String { rawValue }
+        func executor(of pool: ConnectionPool) -> (any TaskExecutor)? { self == .poolsExecutor ? pool.taskExecutor() : nil }
+    }
+
+    @Test(arguments: Placement.allCases)
+    func thirtyTwoConcurrentTasksOnAPoolOfFourAllFinish(_ placement: Placement) async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 4)
             let peak = Locked(0)
             let backends = try await withThrowingTaskGroup(of: Int32.self) { group in
                 for i in 0..<32 {
-                    group.addTask {
+                    group.addTask(executorPreference: placement.executor(of: pool)) {
                         try await pool.withConnection { conn in
                             peak.withLock { $0 = max($0, pool.statistics.inUse) }
                             try conn.query("SELECT pg_sleep(0.02), \(i)")
@@ -74,27 +83,33 @@ struct PoolTests {
         }
     }
 
-    @Test func waitersTimeOutWithAClearError() async throws {
+    @Test(arguments: Placement.allCases)
+    func waitersTimeOutWithAClearError(_ placement: Placement) async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 1, acquireTimeout: .milliseconds(200))
-            // The holder keeps the only connection until the waiter has given up (or 10 s): no race with a
+            let executor = placement.executor(of: pool)
+            // The holder keeps the only connection until the waiter has given up (or 30 s): no race with a
             // busy machine's timers.
             let holding = Locked(false)
             let waiterDone = Locked(false)
-            async let holder: Void = pool.withConnection { conn in
-                holding.withLock { $0 = true }
-                let deadline = Date().addingTimeInterval(10)
-                while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-                try conn.query("SELECT 1")
+            let holder = Task(executorPreference: executor) {
+                try await pool.withConnection { conn in
+                    holding.withLock { $0 = true }
+                    let deadline = Date().addingTimeInterval(30)
+                    while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                    try conn.query("SELECT 1")
+                }
             }
             while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
             // Had the wait not timed out, the borrow would succeed once the holder is done.
-            let error = await #expect(throws: PostgresClientError.self) {
-                try await pool.withConnection { _ in }
-            }
+            let started = ContinuousClock.now
+            let waiter = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
+            let error = await #expect(throws: PostgresClientError.self) { try await waiter.value }
             #expect(error?.kind == .poolTimeout)
+            // The timeout, not the holder's 30 s; generous, as other tests may keep the machine's two cores busy.
+            #expect(ContinuousClock.now - started < .seconds(15))
             waiterDone.withLock { $0 = true }
-            try await holder
+            try await holder.value
             await pool.close()
         }
     }

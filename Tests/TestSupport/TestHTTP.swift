@@ -17,7 +17,7 @@ public enum TestHTTP {
         return URLSession(configuration: configuration)
     }()
 
-    public static func data(for request: URLRequest) async throws -> (Data, URLResponse) {
+    static func data(for request: URLRequest) async throws -> (Data, URLResponse) {
         try await withCheckedThrowingContinuation { continuation in
             Thread {
                 session.dataTask(with: request) { data, response, error in
@@ -30,4 +30,36 @@ public enum TestHTTP {
             }.start()
         }
     }
+
+    /// One request: `json` is sent as `application/json`, `body` as it is; the reply whatever its status.
+    public static func send(_ method: String, _ url: URL, headers: [String: String] = [:], json: String? = nil, body: Data? = nil,
+                            timeout: TimeInterval = 15) async throws -> HTTPReply {
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        request.timeoutInterval = timeout
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        if let json {
+            request.httpBody = Data(json.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        } else if let body {
+            request.httpBody = body
+        }
+        let (data, response) = try await data(for: request)
+        guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
+        var fields: [String: String] = [:]
+        for (name, value) in http.allHeaderFields { fields["\(name)"] = "\(value)" }
+        return HTTPReply(status: http.statusCode, headers: fields, body: data)
+    }
+}
+
+/// What a test request got back.
+public struct HTTPReply: Sendable {
+    public let status: Int
+    public let headers: [String: String]
+    public let body: Data
+    public var json: [String: Any]? { try? JSONSerialization.jsonObject(with: body) as? [String: Any] }
+    /// `error.code` of an API error body.
+    public var errorCode: String? { (json?["error"] as? [String: Any])?["code"] as? String }
+    public var text: String { String(decoding: body, as: UTF8.self) }
+    public func header(_ name: String) -> String? { headers.first { $0.key.lowercased() == name.lowercased() }?.value }
 }

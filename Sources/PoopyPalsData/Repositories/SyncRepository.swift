@@ -114,8 +114,8 @@ public struct SyncRepository: Sendable {
     ///
     /// Answers, besides the results, `cursor` (the puller's own, or the beginning when nil) carrying the position
     /// the push's COMMIT reached when reads may go to a standby: a pull with it sees the push, with no header.
-    /// - Throws: `InvalidField("operations[i].…" | "cursor")` before anything is sent;
-    ///   `SyncError.versionConflict(index)`; `RepositoryError.logIDInUse` when an id belongs to another device;
+    /// - Throws: before anything is sent, `InvalidField("operations" | "cursor")` or
+    ///   `SyncError.invalidOperation(index, field)`; `SyncError.versionConflict(index)`; `RepositoryError.logIDInUse` when an id belongs to another device;
     ///   `.deviceNotRegistered`.
     public func push(_ operations: [SyncOperation], as device: DeviceID, continuing cursor: String? = nil) async throws -> SyncPushOutcome {
         let from = try cursor.map { encoded throws(InvalidField) in try SyncCursor(encoded: encoded) } ?? SyncCursor(sequence: 0)
@@ -138,9 +138,11 @@ public struct SyncRepository: Sendable {
             do {
                 try PoopLogRepository.validate(occurredAt: occurredAt, bristolType: bristolType, notes: notes)
             } catch {
-                throw InvalidField("operations[\(index)].log.\(error.field)", error.reason)
+                throw SyncError.invalidOperation(index: index, error)
             }
-            if let baseVersion, baseVersion < 0 { throw InvalidField("operations[\(index)].baseVersion", "must not be negative") }
+            if let baseVersion, baseVersion < 0 {
+                throw SyncError.invalidOperation(index: index, InvalidField("baseVersion", "must not be negative"))
+            }
         }
         do {
             return try await database.asDevice(device, idempotent: true) { tx in
@@ -201,6 +203,9 @@ public enum SyncError: Error, Sendable, Equatable {
     case cursorExpired
     /// The log of operation `index` is no longer at its `baseVersion`; nothing of the batch was applied.
     case versionConflict(index: Int)
+    /// Operation `index` holds a value that cannot be stored, named by the operation's own field (`occurredAt`,
+    /// `bristolType`, `notes`, `baseVersion`); nothing was sent.
+    case invalidOperation(index: Int, InvalidField)
 }
 
 /// Where a puller is: the device's change number it has seen, opaque to clients; and, while a page of changes it

@@ -28,7 +28,7 @@ struct DataRightsController: Sendable {
         // The nil UUID cannot even be a DeviceID; every other weak id is refused by the repository.
         guard let newID = try? DeviceID(newUUID) else { throw APIError.weakDeviceID }
         do {
-            return try JSONResponse.make(.ok, DeviceBody(try await devices.rotate(as: device, to: newID)))
+            return try JSONResponse.make(.ok, writing: DeviceBody(try await devices.rotate(as: device, to: newID)))
         } catch RepositoryError.deviceNotRegistered {
             throw APIError(.notFound, "not_found", "this device is not registered")
         }
@@ -53,24 +53,15 @@ struct DataRightsController: Sendable {
             do {
                 let batches = BatchCounter()
                 let found = try await export.run(as: device, consistency: consistency) { part in
+                    var output = JSONOutput(capacity: 4096)
                     switch part {
                     case .header(let device, let profile):
-                        var head = Data(#"{"device":"#.utf8)
-                        head.append(try JSONResponse.encode(DeviceBody(device)))
-                        // No profile: no key (a generated client cannot decode a nullable reference).
-                        if let profile {
-                            head.append(Data(#","profile":"#.utf8))
-                            head.append(try JSONResponse.encode(UserBody(profile)))
-                        }
-                        head.append(Data(#","logs":["#.utf8))
-                        try channel.send(head)
+                        try ExportHead(device: DeviceBody(device), profile: profile.map(UserBody.init)).write(to: &output)
                     case .logs(let logs):
-                        // One JSON array per batch, without its brackets, joined by commas.
-                        var items = try JSONResponse.encode(writing: logs.map(LogBody.init))
-                        items = Array(items.dropFirst().dropLast())
-                        if batches.next() > 0 { items.insert(UInt8(ascii: ","), at: 0) }
-                        try channel.send(Data(items))
+                        if batches.next() > 0 { output.raw(",") }
+                        try logs.map(LogBody.init).writeElements(to: &output)
                     }
+                    try channel.send(Data(output.bytes))
                 }
                 if found { try channel.send(Data("]}".utf8)) }
                 channel.finish(found ? nil : APIError(.notFound, "not_found", "this device is not registered"))

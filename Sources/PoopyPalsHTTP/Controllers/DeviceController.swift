@@ -22,7 +22,7 @@ struct DeviceController: Sendable {
                               appVersion: try body.string("appVersion"), buildNumber: try body.string("buildNumber"),
                               isSimulator: try body.bool("isSimulator") ?? false)
         let registration = try await devices.register(info, as: device)
-        return try JSONResponse.make(registration.created ? .created : .ok, DeviceBody(registration.device))
+        return try JSONResponse.make(registration.created ? .created : .ok, writing: DeviceBody(registration.device))
     }
 
     @Sendable func get(_ request: Request, context: APIContext) async throws -> Response {
@@ -30,7 +30,7 @@ struct DeviceController: Sendable {
         guard let row = try await devices.current(as: device, consistency: try request.consistencyToken()) else {
             throw APIError(.notFound, "not_found", "this device is not registered")
         }
-        return try JSONResponse.make(.ok, DeviceBody(row))
+        return try JSONResponse.make(.ok, writing: DeviceBody(row))
     }
 }
 

@@ -26,7 +26,7 @@ struct OperationsController: Sendable {
 
     /// Liveness: the process answers. No database: a slow or busy database must not get the process restarted.
     @Sendable func health(_ request: Request, context: APIContext) async throws -> Response {
-        try JSONResponse.make(.ok, ["status": "ok"])
+        try JSONResponse.make(.ok, writing: StatusBody.ok)
     }
 
     /// Readiness (`Database.checkReadiness`): the node reached takes writes, within 3 s.
@@ -54,7 +54,7 @@ struct OperationsController: Sendable {
             }
             throw unavailable
         }
-        return try JSONResponse.make(.ok, ["status": "ok"])
+        return try JSONResponse.make(.ok, writing: StatusBody.ok)
     }
 
     @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {

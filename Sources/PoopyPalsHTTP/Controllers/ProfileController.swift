@@ -24,7 +24,7 @@ struct ProfileController: Sendable {
         let dateOfBirth = try body.update("dateOfBirth", body.date)
         let (profile, linked) = try await users.ensureProfileAndLink(as: device, id: identity.userID, email: identity.email,
                                                                      fullName: fullName, dateOfBirth: dateOfBirth)
-        return try JSONResponse.make(.ok, ProfileBody(user: UserBody(profile.user), device: DeviceBody(linked)))
+        return try JSONResponse.make(.ok, writing: ProfileBody(user: UserBody(profile.user), device: DeviceBody(linked)))
     }
 
     @Sendable func get(_ request: Request, context: APIContext) async throws -> Response {
@@ -33,6 +33,6 @@ struct ProfileController: Sendable {
         guard let user = try await users.find(id: identity.userID, as: device) else {
             throw APIError(.notFound, "not_found", "no profile for this token on this device yet; create it with PUT /v1/profile")
         }
-        return try JSONResponse.make(.ok, ProfileBody(user: UserBody(user), device: try await devices.current(as: device).map(DeviceBody.init)))
+        return try JSONResponse.make(.ok, writing: ProfileBody(user: UserBody(user), device: try await devices.current(as: device).map(DeviceBody.init)))
     }
 }

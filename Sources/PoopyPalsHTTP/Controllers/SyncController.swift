@@ -21,7 +21,7 @@ struct SyncController: Sendable {
         }
         let page = try await sync.pull(cursor: query.get("cursor"), limit: limit, as: device,
                                        consistency: try request.consistencyToken())
-        return try JSONResponse.make(.ok, SyncPageBody(page))
+        return try JSONResponse.make(.ok, writing: SyncPageBody(page))
     }
 
     @Sendable func push(_ request: Request, context: APIContext) async throws -> Response {
@@ -30,12 +30,22 @@ struct SyncController: Sendable {
         guard case .array(let items)? = body.value("operations") else { throw APIError.invalid("operations", "is required: an array") }
         let operations = try items.enumerated().map { index, item in try Self.operation(item, index: index) }
         let outcome = try await sync.push(operations, as: device, continuing: try body.string("cursor"))
-        return try JSONResponse.make(.ok, PushBody(results: outcome.results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) },
+        return try JSONResponse.make(.ok, writing: PushBody(results: outcome.results.map { .init(id: $0.0.lowercased, status: $0.1.rawValue) },
                                                    cursor: outcome.cursor))
     }
 
+    /// Where a field the data layer names (`SyncError.invalidOperation`) is in a push's body: the operation itself,
+    /// its `baseVersion`, or one of its log's fields (`operations[3].log.notes`).
+    static func path(ofOperation index: Int, field: String? = nil) -> String {
+        switch field {
+        case nil: "operations[\(index)]"
+        case "baseVersion"?: "operations[\(index)].baseVersion"
+        case let field?: "operations[\(index)].log.\(field)"
+        }
+    }
+
     static func operation(_ item: JSONValue, index: Int) throws -> SyncOperation {
-        let prefix = "operations[\(index)]"
+        let prefix = path(ofOperation: index)
         let operation = try JSONBody.nested(item, prefix: prefix, allowed: ["op", "log", "id", "baseVersion"])
         switch try operation.string("op") {
         case "upsert":

@@ -1,9 +1,11 @@
 import Foundation
 import Values
 
-/// The API's JSON for its most frequent bodies (a log, a page of logs), written straight into bytes: the same
-/// bytes `JSONResponse.encode` (Foundation's `JSONEncoder`, sorted keys) writes, which a test compares on
-/// nasty input. Listing 20 logs, `JSONEncoder` was 41 % of the server's CPU in `make bench`'s profile.
+/// The API's one JSON writer: every body (errors and the streamed export included) is written straight into
+/// bytes by its own `write(to:)`, keys in sorted order, an absent optional left out unless the body says `null`.
+/// The bytes are those Foundation's `JSONEncoder` (sorted keys) writes for the same `Encodable` body, which
+/// `JSONOutputTests` compares on nasty input. Listing 20 logs, `JSONEncoder` was 41 % of the server's CPU in
+/// `make bench`'s profile.
 struct JSONOutput {
     private(set) var bytes: [UInt8] = []
 
@@ -14,6 +16,23 @@ struct JSONOutput {
     }
 
     mutating func null() { raw("null") }
+
+    mutating func bool(_ value: Bool) { value ? raw("true") : raw("false") }
+
+    /// `"text"` or `null`.
+    mutating func string(_ value: String?) {
+        if let value { string(value) } else { null() }
+    }
+
+    /// `,"name":` before a key that is not the object's first (`first` says which), `"name":` else. Names are
+    /// the API's own camelCase keys: nothing to escape.
+    mutating func key(_ name: StaticString, first: inout Bool) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        bytes.append(UInt8(ascii: "\""))
+        raw(name)
+        raw("\":")
+    }
 
     mutating func integer(_ value: some BinaryInteger) {
         bytes.append(contentsOf: String(value).utf8)
@@ -70,47 +89,19 @@ protocol JSONWritable {
     func write(to output: inout JSONOutput) throws
 }
 
-extension LogBody: JSONWritable {
-    /// Keys in sorted order, as the encoder's `.sortedKeys` puts them.
-    func write(to output: inout JSONOutput) throws {
-        output.raw(#"{"bristolType":"#)
-        output.integer(bristolType)
-        output.raw(#","createdAt":"#)
-        try output.timestamp(createdAt)
-        output.raw(#","id":"#)
-        output.uuid(id)
-        output.raw(#","notes":"#)
-        if let notes { output.string(notes) } else { output.null() }
-        output.raw(#","occurredAt":"#)
-        try output.timestamp(occurredAt)
-        output.raw(#","updatedAt":"#)
-        try output.timestamp(updatedAt)
-        output.raw(#","version":"#)
-        output.integer(version)
-        output.raw("}")
-    }
-}
-
-extension LogPageBody: JSONWritable {
-    func write(to output: inout JSONOutput) throws {
-        output.raw(#"{"items":["#)
-        for (index, item) in items.enumerated() {
-            if index > 0 { output.raw(",") }
-            try item.write(to: &output)
-        }
-        output.raw(#"],"nextCursor":"#)
-        if let nextCursor { output.string(nextCursor) } else { output.null() }
-        output.raw("}")
-    }
-}
-
 extension Array: JSONWritable where Element: JSONWritable {
     func write(to output: inout JSONOutput) throws {
         output.raw("[")
+        try writeElements(to: &output)
+        output.raw("]")
+    }
+
+    /// The elements without the brackets, joined by commas: a part of a streamed array.
+    func writeElements(to output: inout JSONOutput) throws {
         for (index, item) in enumerated() {
             if index > 0 { output.raw(",") }
             try item.write(to: &output)
         }
-        output.raw("]")
     }
 }
+

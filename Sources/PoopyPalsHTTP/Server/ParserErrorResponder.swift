@@ -156,7 +156,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
         guard !answered else { return }
         timer?.cancel()
         timer = nil
-        let body = context.channel.allocator.buffer(bytes: (try? answer.body()) ?? Data())
+        let body = context.channel.allocator.buffer(bytes: answer.body())
         var head = HTTPResponse(status: answer.status)
         head.headerFields[.contentType] = "application/json; charset=utf-8"
         head.headerFields[.contentLength] = String(body.readableBytes)

@@ -1,7 +1,7 @@
 import PoopyPalsData
 
-struct SyncPageBody: Encodable {
-    struct Change: Encodable {
+struct SyncPageBody: Encodable, JSONWritable {
+    struct Change: Encodable, JSONWritable {
         let op: String
         let log: LogBody?
         let id: String?
@@ -14,6 +14,17 @@ struct SyncPageBody: Encodable {
         }
 
         enum CodingKeys: String, CodingKey { case op, log, id }
+
+        /// Sorted keys: `id` (a delete) or `log` (an upsert), then `op`.
+        func write(to output: inout JSONOutput) throws {
+            var first = true
+            output.raw("{")
+            if let id { output.key("id", first: &first); output.string(id) }
+            if let log { output.key("log", first: &first); try log.write(to: &output) }
+            output.key("op", first: &first)
+            output.string(op)
+            output.raw("}")
+        }
     }
 
     let changes: [Change]
@@ -29,5 +40,15 @@ struct SyncPageBody: Encodable {
         }
         cursor = page.cursor
         hasMore = page.hasMore
+    }
+
+    func write(to output: inout JSONOutput) throws {
+        output.raw(#"{"changes":"#)
+        try changes.write(to: &output)
+        output.raw(#","cursor":"#)
+        output.string(cursor)
+        output.raw(#","hasMore":"#)
+        output.bool(hasMore)
+        output.raw("}")
     }
 }

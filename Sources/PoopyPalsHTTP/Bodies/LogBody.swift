@@ -44,3 +44,24 @@ struct LogBody: Encodable {
         try container.encode(version, forKey: .version)
     }
 }
+
+extension LogBody: JSONWritable {
+    /// Keys in sorted order, as the encoder's `.sortedKeys` puts them; `notes` is `null` when absent.
+    func write(to output: inout JSONOutput) throws {
+        output.raw(#"{"bristolType":"#)
+        output.integer(bristolType)
+        output.raw(#","createdAt":"#)
+        try output.timestamp(createdAt)
+        output.raw(#","id":"#)
+        output.uuid(id)
+        output.raw(#","notes":"#)
+        output.string(notes)
+        output.raw(#","occurredAt":"#)
+        try output.timestamp(occurredAt)
+        output.raw(#","updatedAt":"#)
+        try output.timestamp(updatedAt)
+        output.raw(#","version":"#)
+        output.integer(version)
+        output.raw("}")
+    }
+}

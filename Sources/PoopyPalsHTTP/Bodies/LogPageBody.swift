@@ -13,3 +13,13 @@ struct LogPageBody: Encodable {
         try container.encode(nextCursor, forKey: .nextCursor)
     }
 }
+
+extension LogPageBody: JSONWritable {
+    func write(to output: inout JSONOutput) throws {
+        output.raw(#"{"items":"#)
+        try items.write(to: &output)
+        output.raw(#","nextCursor":"#)
+        output.string(nextCursor)
+        output.raw("}")
+    }
+}

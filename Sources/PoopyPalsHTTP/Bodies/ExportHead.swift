@@ -1,0 +1,16 @@
+/// The export up to its logs: `{"device":…,"profile":…,"logs":[`. The logs follow in batches, and `]}` ends it.
+/// No profile: no key (a generated client cannot decode a nullable reference).
+struct ExportHead: JSONWritable {
+    let device: DeviceBody
+    let profile: UserBody?
+
+    func write(to output: inout JSONOutput) throws {
+        output.raw(#"{"device":"#)
+        try device.write(to: &output)
+        if let profile {
+            output.raw(#","profile":"#)
+            try profile.write(to: &output)
+        }
+        output.raw(#","logs":["#)
+    }
+}
