@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: the throw-away PostgreSQL, release builds, then poopypals-bench (data layer vs pgbench on the same
 # SQL, scaling, HTTP with wrk, reads on the local cluster's standby). Extra arguments go to poopypals-bench (for
-# example --ten-million, or --read-scale-only).
+# example --ten-million, --read-scale-only or --instructions-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "bench: $*" >&2; }
@@ -10,6 +10,8 @@ die() { echo "bench: error: $*" >&2; exit 1; }
 swift=${SWIFT:-swift}
 command -v pgbench >/dev/null || die "pgbench is needed (Debian: apt-get install postgresql-contrib)"
 command -v wrk >/dev/null || apt_install wrk
+# Server instructions per request are counted under callgrind (no hardware counters in a VM).
+command -v valgrind >/dev/null || apt_install valgrind
 url=$(scripts/db.sh start)
 export DATABASE_URL=$url
 "$swift" build -c release --product poopypals

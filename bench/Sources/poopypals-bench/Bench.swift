@@ -50,6 +50,9 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Only the read-scale runs (needs --server-binary, --cluster-url and --standby-url).")
     var readScaleOnly = false
 
+    @Flag(help: "Only the server instruction counts under valgrind (needs --server-binary).")
+    var instructionsOnly = false
+
     @Flag(help: "Skip the vapor/postgres-nio peer.")
     var skipPeer = false
 
@@ -67,6 +70,7 @@ struct Bench: AsyncParsableCommand {
         if readScaleOnly, serverBinary == nil || clusterURL == nil || standbyURL == nil {
             throw ValidationError("--read-scale-only needs --server-binary, --cluster-url and --standby-url (scripts/bench.sh passes them)")
         }
+        if instructionsOnly, serverBinary == nil { throw ValidationError("--instructions-only needs --server-binary") }
         guard (1...120).contains(seconds) else { throw ValidationError("--seconds must be 1…120") }
         guard (1...10).contains(rounds) else { throw ValidationError("--rounds must be 1…10") }
         guard concurrency.allSatisfy({ (1...256).contains($0) }) else { throw ValidationError("--concurrency values must be 1…256") }
@@ -89,7 +93,7 @@ struct Bench: AsyncParsableCommand {
         try await prepare(server: server, target: target)
 
         var rows: [ReportRow] = []
-        for scenario in Scenario.all(devices: devices) where !readScaleOnly && (only.map({ scenario.name.contains($0) }) ?? true) {
+        for scenario in Scenario.all(devices: devices) where !readScaleOnly && !instructionsOnly && (only.map({ scenario.name.contains($0) }) ?? true) {
             let roundTrips = try await RoundTrips.measure(scenario, connection: target)
             for level in concurrency {
                 let row = try await measure(scenario, concurrency: level, target: target, pgbench: pgbench, roundTrips: roundTrips)
@@ -99,7 +103,7 @@ struct Bench: AsyncParsableCommand {
         }
 
         var scaling: [ScalingRow] = []
-        for size in skipExtras || readScaleOnly ? [] : scalingRows + (tenMillion ? [10_000_000] : []) {
+        for size in skipExtras || readScaleOnly || instructionsOnly ? [] : scalingRows + (tenMillion ? [10_000_000] : []) {
             let count = Scaling.devices(for: size, seeded: devices)
             try await Scaling.seed(rows: size, devices: count, target: target)
             // Seeded on a session of its own and measured on fresh ones: the sessions that had seeded and measured
@@ -137,26 +141,31 @@ struct Bench: AsyncParsableCommand {
         if !skipExtras && !scaling.isEmpty { try await Scaling.seed(rows: 20 * devices, devices: devices, target: target) }
 
         var http: [HTTPRow] = []
-        if let serverBinary, !skipExtras, !readScaleOnly {
-            // The HTTP peer is this binary, in a process of its own, as our server is.
-            let peerBinary = skipPeer ? nil : try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        // The HTTP peer is this binary, in a process of its own, as our server is.
+        let peerBinary = skipPeer ? nil : try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        if let serverBinary, !skipExtras, !readScaleOnly, !instructionsOnly {
             http = try await HTTPLoad.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
                                           seconds: seconds * 2, devices: devices)
         }
+        var instructions: [InstructionRow] = []
+        if let serverBinary, !skipExtras, !readScaleOnly {
+            instructions = try await InstructionCount.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
+                                                          seconds: seconds * 2, devices: devices)
+        }
 
         var readScale: [ReadScaleRow] = []
-        if let serverBinary, let clusterURL, let standbyURL, !skipExtras {
+        if let serverBinary, let clusterURL, let standbyURL, !skipExtras, !instructionsOnly {
             readScale = try await ReadScale.run(serverBinary: serverBinary, clusterURL: clusterURL, standbyURL: standbyURL,
                                                 seconds: seconds * 2, devices: devices)
         }
 
         let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
-                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, readScale: readScale,
+                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, instructions: instructions, readScale: readScale,
                             keyDerivationNanoseconds: Report.measureKeyDerivation())
         print("\n" + report.markdown)
         try report.write(json: json)
         // A partial run never replaces the README's full results.
-        let readme = readScaleOnly ? nil : readme
+        let readme = readScaleOnly || instructionsOnly ? nil : readme
         if let readme { try report.replaceResults(in: readme) }
         print("\nWritten to \(json)\(readme.map { " and \($0)" } ?? ""). Took \(Int(Date().timeIntervalSince(started))) s.")
     }

@@ -132,21 +132,7 @@ enum HTTPLoad {
             if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
             try await Task.sleep(for: .milliseconds(50))
         }
-        let scripts = [
-            ("GET /v1/logs", """
-                request = function()
-                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
-                  return wrk.format("GET", "/v1/logs?limit=20", {["X-Device-ID"] = id})
-                end
-                """),
-            ("POST /v1/logs", """
-                request = function()
-                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
-                  return wrk.format("POST", "/v1/logs", {["X-Device-ID"] = id, ["Content-Type"] = "application/json"},
-                    '{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}')
-                end
-                """),
-        ]
+        let scripts = scripts(devices: devices)
         var rows: [HTTPRow] = []
         // 32 connections: the data layer's highest concurrency, for the ratio; 64: the memory bound's.
         for connections in [32, 64] {
@@ -181,6 +167,25 @@ enum HTTPLoad {
         }
         }
         return rows
+    }
+
+    /// The `wrk` scripts of the two routes: a random seeded device per request.
+    static func scripts(devices: Int) -> [(route: String, script: String)] {
+        [
+            ("GET /v1/logs", """
+                request = function()
+                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
+                  return wrk.format("GET", "/v1/logs?limit=20", {["X-Device-ID"] = id})
+                end
+                """),
+            ("POST /v1/logs", """
+                request = function()
+                  local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
+                  return wrk.format("POST", "/v1/logs", {["X-Device-ID"] = id, ["Content-Type"] = "application/json"},
+                    '{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}')
+                end
+                """),
+        ]
     }
 
     /// wrk prints `812.00us`, `1.23ms` or `2.01s`.

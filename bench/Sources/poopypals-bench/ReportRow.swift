@@ -44,6 +44,7 @@ struct Report: Encodable {
     let scenarios: [ReportRow]
     let scaling: [ScalingRow]
     let http: [HTTPRow]
+    let instructions: [InstructionRow]
     let readScale: [ReadScaleRow]
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
@@ -73,9 +74,11 @@ struct Report: Encodable {
         var text = "Measured \(date) on \(machine); \(secondsPerRun) s per run, \(rounds) alternating rounds (ours, pgbench, postgres-nio).\n"
         text += "Ratios are per round (min–max); vs postgres-nio: the smallest. CPU and context switches are the client's, per request "
         text += "(`getrusage`: our whole process; pgbench's process; the postgres-nio peer's whole process).\n\n"
-        text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips |\n"
-        text += "|---|---|---|---|---|---|---|---|---|---|---|\n"
-        text += scenarios.map(\.line).joined(separator: "\n") + "\n"
+        if !scenarios.isEmpty {
+            text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips |\n"
+            text += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+            text += scenarios.map(\.line).joined(separator: "\n") + "\n"
+        }
         text += String(format: "\nDevice key derivation (`DeviceID(validating:)`: parse, SHA-256; once per request, on the client): %.2f µs.\n",
                        keyDerivationNanoseconds / 1000)
         if !scaling.isEmpty {
@@ -104,6 +107,15 @@ struct Report: Encodable {
                 text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
                                row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage,
                                row.server == "poopypals" ? ratio : "–", versus)
+            }
+        }
+        if !instructions.isEmpty {
+            text += "\nServer instructions per request (valgrind's callgrind: counted, not timed; `wrk -t1 -c\(InstructionCount.connections)` after a warm-up; everything the server process ran, every thread):\n\n"
+            text += "| server | route | requests counted | instructions per request | ours / peer |\n|---|---|---|---|---|\n"
+            for row in instructions {
+                let peer = instructions.first { $0.server == HTTPLoad.peerName && $0.route == row.route }
+                let versus = row.server == "poopypals" ? (peer.map { String(format: "%.2f", row.instructionsPerRequest / max(1, $0.instructionsPerRequest)) } ?? "–") : "–"
+                text += String(format: "| %@ | %@ | %d | %.0f | %@ |\n", row.server, row.route, row.requests, row.instructionsPerRequest, versus)
             }
         }
         if !readScale.isEmpty {
