@@ -32,14 +32,20 @@ public enum Timestamp {
         return Fields(year: year, month: month, day: day, time: time)
     }
 
-    /// The 20 bytes of `format(_:)`, appended to `bytes` without an intermediate string.
+    /// The 20 bytes of `format(_:)`, appended to `bytes` without an intermediate string: written on the stack,
+    /// then copied in once.
     public static func append(_ date: Date, to bytes: inout [UInt8]) throws {
         let fields = try fields(date)
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: 20))
-        _ = bytes.withUnsafeMutableBufferPointer { buffer in
-            fields.write(into: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buffer in
+            let count = fields.write(into: buffer)
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<count]))
         }
+    }
+
+    /// Writes `format(_:)`'s 20 bytes into `buffer`; answers the bytes written, 0 when the buffer is smaller.
+    /// - Throws: `EncodingError` for a date outside years 1…9999 (never produced by the database).
+    public static func write(_ date: Date, into buffer: UnsafeMutableBufferPointer<UInt8>) throws -> Int {
+        try fields(date).write(into: buffer)
     }
 
     /// - Throws: `EncodingError` for a date outside years 1…9999 (never produced by the database).
@@ -51,27 +57,27 @@ public enum Timestamp {
     private struct Fields {
         let year: Int64, month: Int64, day: Int64, time: Int64
 
+        /// Needs 20 bytes in `buffer`; the fields are in range (years 1…9999), so every digit is `value % 10`.
         @discardableResult
         func write(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
-            func put(_ value: Int64, digits: Int, at offset: Int) {
-                var value = value
-                for index in stride(from: offset + digits - 1, through: offset, by: -1) {
-                    buffer[index] = UInt8(truncatingIfNeeded: 48 + value % 10)
-                    value /= 10
-                }
+            guard buffer.count >= 20, let out = buffer.baseAddress else { return 0 }
+            @inline(__always) func two(_ value: Int64, at offset: Int) {
+                out[offset] = UInt8(truncatingIfNeeded: 48 &+ value / 10 % 10)
+                out[offset &+ 1] = UInt8(truncatingIfNeeded: 48 &+ value % 10)
             }
-            put(year, digits: 4, at: 0)
-            buffer[4] = UInt8(ascii: "-")
-            put(month, digits: 2, at: 5)
-            buffer[7] = UInt8(ascii: "-")
-            put(day, digits: 2, at: 8)
-            buffer[10] = UInt8(ascii: "T")
-            put(time / 3600, digits: 2, at: 11)
-            buffer[13] = UInt8(ascii: ":")
-            put(time / 60 % 60, digits: 2, at: 14)
-            buffer[16] = UInt8(ascii: ":")
-            put(time % 60, digits: 2, at: 17)
-            buffer[19] = UInt8(ascii: "Z")
+            two(year / 100, at: 0)
+            two(year % 100, at: 2)
+            out[4] = UInt8(ascii: "-")
+            two(month, at: 5)
+            out[7] = UInt8(ascii: "-")
+            two(day, at: 8)
+            out[10] = UInt8(ascii: "T")
+            two(time / 3600, at: 11)
+            out[13] = UInt8(ascii: ":")
+            two(time / 60 % 60, at: 14)
+            out[16] = UInt8(ascii: ":")
+            two(time % 60, at: 17)
+            out[19] = UInt8(ascii: "Z")
             return 20
         }
     }

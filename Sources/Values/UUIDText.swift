@@ -50,33 +50,37 @@ public enum UUIDText {
         String(unsafeUninitializedCapacity: 36) { write(uuid, into: $0) }
     }
 
-    /// Appends the lower-case form's 36 bytes to `bytes` (no intermediate string).
+    /// Appends the lower-case form's 36 bytes to `bytes` (no intermediate string): written on the stack, then
+    /// copied in once.
     public static func appendLowercase(_ uuid: UUID, to bytes: inout [UInt8]) {
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: 36))
-        bytes.withUnsafeMutableBufferPointer { buffer in
-            _ = write(uuid, into: UnsafeMutableBufferPointer(rebasing: buffer[start...]))
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { buffer in
+            _ = write(uuid, into: buffer)
+            bytes.append(contentsOf: UnsafeBufferPointer(buffer))
         }
     }
 
-    private static func write(_ uuid: UUID, into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
-        withUnsafeBytes(of: uuid.uuid) { raw in
+    /// Writes the lower-case form into `buffer` (36 bytes); answers the bytes written, 0 when the buffer is smaller.
+    /// Hex digits by arithmetic (a table was a global's lazy-initialisation check and a bounds check per digit).
+    public static func write(_ uuid: UUID, into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        guard buffer.count >= 36, let out = buffer.baseAddress else { return 0 }
+        @inline(__always) func hex(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 48 &+ nibble : 87 &+ nibble }
+        return withUnsafeBytes(of: uuid.uuid) { raw in
             var output = 0
-            for (index, byte) in raw.enumerated() {
+            for index in 0..<16 {
                 if index == 4 || index == 6 || index == 8 || index == 10 {
-                    buffer[output] = hyphen
-                    output += 1
+                    out[output] = hyphen
+                    output &+= 1
                 }
-                buffer[output] = digits[Int(byte >> 4)]
-                buffer[output + 1] = digits[Int(byte & 0x0f)]
-                output += 2
+                let byte = raw[index]
+                out[output] = hex(byte >> 4)
+                out[output &+ 1] = hex(byte & 0x0f)
+                output &+= 2
             }
             return output
         }
     }
 
     private static let hyphen = UInt8(ascii: "-")
-    private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private static func value(of character: UInt8) -> UInt8? {
         switch character {

@@ -36,6 +36,42 @@ struct JSONOutputTests {
         #expect(try JSONResponse.encode(writing: [LogBody]()) == (try ReferenceJSON.encode([LogBody]())))
     }
 
+    @Test func integersAreWrittenAsTheirDecimalForm() {
+        var values: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1, 1_000_000_007]
+        values += (0..<500).map { _ in Int64.random(in: Int64.min...Int64.max) }
+        for value in values {
+            var output = JSONOutput()
+            output.integer(value)
+            #expect(output.bytes == Array(String(value).utf8), "\(value)")
+        }
+    }
+
+    /// A bounded part that does not fit its declared capacity throws and leaves the output as it was: no byte is
+    /// written past the buffer, whatever the piece.
+    @Test(arguments: [0, 1, 5, 6, 30, 31, 50, 57, 58, 59, 93, 94, 95, 96, 200])
+    func aBoundedPartThatDoesNotFitThrowsAndWritesNothing(_ capacity: Int) throws {
+        var output = JSONOutput()
+        output.raw("[")
+        let id = UUID()
+        let date = Date(timeIntervalSince1970: 1_795_222_800)
+        func write(_ out: inout BoundedJSON) throws {
+            out.raw(#"{"a":"#)
+            out.integer(Int64.min)
+            out.raw(#","b":"#)
+            try out.timestamp(date)
+            out.raw(#","c":"#)
+            out.uuid(id)
+        }
+        let full = #"{"a":-9223372036854775808,"b":"2026-11-21T01:00:00Z","c":""# + UUIDText.lowercase(id) + "\""
+        if capacity >= full.utf8.count {
+            try output.bounded(capacity: capacity, write)
+            #expect(output.bytes == Array(("[" + full).utf8))
+        } else {
+            #expect(throws: JSONOutput.Overflow.self) { try output.bounded(capacity: capacity, write) }
+            #expect(output.bytes == Array("[".utf8))
+        }
+    }
+
     @Test func randomTextIsWrittenAsTheEncoderWritesIt() throws {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<500 {

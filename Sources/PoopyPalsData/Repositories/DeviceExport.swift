@@ -24,7 +24,7 @@ public struct DeviceExport: Sendable {
     /// - Throws: what `consume` throws; `PostgresError` otherwise.
     public func run(as device: DeviceID, consistency: ConsistencyToken? = nil,
                     _ consume: @escaping @Sendable (Part) throws -> Void) async throws -> Bool {
-        let fetch: PostgresQuery = "FETCH \(unescaped: String(batchSize)) FROM poopypals_export"
+        let fetch = ("FETCH \(unescaped: String(batchSize)) FROM poopypals_export" as PostgresQuery).withBinaryResults()
         return try await database.asDevice(device, snapshot: true, consistency: consistency) { tx in
             // REPEATABLE READ: the device, its profile and every batch of the cursor see the same state.
             guard let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(device.key)").first else {
@@ -41,7 +41,7 @@ public struct DeviceExport: Sendable {
             while true {
                 let rows = try tx.query(fetch)
                 if rows.isEmpty { break }
-                try consume(.logs(try rows.map(PoopLog.init(row:))))
+                try consume(.logs(try PoopLog.decode(rows, of: rows)))
                 if rows.count < batchSize { break }
             }
             return true

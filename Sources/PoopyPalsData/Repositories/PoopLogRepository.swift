@@ -65,7 +65,7 @@ public struct PoopLogRepository: Sendable {
         do {
             returned = try await database.asDevice(device, idempotent: true) { tx in
                 // Inserts, or finds the row that already has this id, in one statement.
-                let rows = try tx.finalQuery("""
+                let rows = try tx.finalQuery(("""
                     WITH inserted AS (
                         INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
                         VALUES (\(id), \(device.key), \(new.occurredAt), \(new.bristolType), \(new.notes))
@@ -76,7 +76,7 @@ public struct PoopLogRepository: Sendable {
                     UNION ALL
                     SELECT \(unescaped: PoopLog.columns), false FROM poop_logs
                     WHERE device_id = \(device.key) AND id = \(id) AND NOT EXISTS (SELECT FROM inserted)
-                    """)
+                    """ as PostgresQuery).withBinaryResults())
                 return try rows.first.map { (try PoopLog(row: $0), try $0.decode("created", as: Bool.self)) }
             }
         } catch SQLState.foreignKeyViolation {
@@ -99,7 +99,7 @@ public struct PoopLogRepository: Sendable {
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
     static func listQuery(of device: DeviceID, after position: LogCursor?, fetch: Int) -> PostgresQuery {
         let limit = PageFetch.literal(atLeast: fetch)
-        return if let position {
+        let query: PostgresQuery = if let position {
             """
             SELECT \(unescaped: PoopLog.columns) FROM poop_logs
             WHERE device_id = \(device.key) AND (occurred_at, id) < (\(position.occurredAt), \(position.id))
@@ -111,14 +111,16 @@ public struct PoopLogRepository: Sendable {
             ORDER BY occurred_at DESC, id DESC LIMIT \(unescaped: limit)
             """
         }
+        // Binary: 20 rows are 60 timestamps and 20 UUIDs neither printed by the server nor parsed here.
+        return query.withBinaryResults()
     }
 
     /// The log, or nil when it does not exist or belongs to another device.
     /// With `consistency`, never older than that write (see `ConsistencyToken`).
     public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            try tx.finalQuery("SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)")
-                .first.map(PoopLog.init(row:))
+            let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)"
+            return try tx.finalQuery(query.withBinaryResults()).first.map(PoopLog.init(row:))
         }
     }
 
@@ -131,7 +133,8 @@ public struct PoopLogRepository: Sendable {
         let query = Self.listQuery(of: device, after: position, fetch: limit + 1)  // one more tells whether a page follows
         let logs = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
             // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
-            try tx.finalQuery(query).prefix(limit + 1).map(PoopLog.init(row:))
+            let result = try tx.finalQuery(query)
+            return try PoopLog.decode(result.prefix(limit + 1), of: result)
         }
         let items = Array(logs.prefix(limit))
         let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil

@@ -68,10 +68,12 @@ public struct SyncRepository: Sendable {
             let result = try tx.finalQuery(query)
             let purged = try result.first?.decode("purged", as: Int64?.self) ?? 0
             var changes: [(Int64, SyncChange)] = []
+            let (opColumn, seqColumn) = (try result.column(named: "op"), try result.column(named: "seq"))
+            let columns = try PoopLog.Columns(result)
             for row in result.prefix(limit + 1) {  // rows past limit + 1 (`PageFetch` rounds up) are not decoded
-                guard let op = try row.decode("op", as: String?.self) else { continue }
-                let seq: Int64 = try row.decode("seq")
-                changes.append((seq, op == "delete" ? .delete(try row.decode("id")) : .upsert(try PoopLog(row: row))))
+                guard let op = try row.decode(opColumn, as: String?.self) else { continue }
+                let seq: Int64 = try row.decode(seqColumn)
+                changes.append((seq, op == "delete" ? .delete(try row.decode(columns.id)) : .upsert(try PoopLog(row: row, columns: columns))))
             }
             return (purged, changes)
         }
@@ -92,7 +94,7 @@ public struct SyncRepository: Sendable {
     /// with the inner limits).
     static func pullQuery(of device: DeviceID, after: Int64, fetch: Int) -> PostgresQuery {
         let limit = PageFetch.literal(atLeast: fetch)
-        return """
+        let query: PostgresQuery = """
             WITH device AS (SELECT purged_through_seq FROM devices WHERE id = \(device.key)),
             changes AS (
                 (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
@@ -107,6 +109,7 @@ public struct SyncRepository: Sendable {
             SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
             FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
             """
+        return query.withBinaryResults()
     }
 
     /// Applies `operations` in order, in one transaction: all or nothing. Last writer wins in server order;

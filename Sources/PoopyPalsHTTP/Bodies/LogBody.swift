@@ -46,22 +46,29 @@ struct LogBody: Encodable {
 }
 
 extension LogBody: JSONWritable {
-    /// Keys in sorted order, as the encoder's `.sortedKeys` puts them; `notes` is `null` when absent.
+    /// Keys in sorted order, as the encoder's `.sortedKeys` puts them; `notes` is `null` when absent. The parts
+    /// around `notes` are of bounded size: each is written on the stack and appended once.
     func write(to output: inout JSONOutput) throws {
-        output.raw(#"{"bristolType":"#)
-        output.integer(bristolType)
-        output.raw(#","createdAt":"#)
-        try output.timestamp(createdAt)
-        output.raw(#","id":"#)
-        output.uuid(id)
-        output.raw(#","notes":"#)
+        // 15 + 20 + 14 + 22 + 8 + 38 + 10 = 127 bytes at most.
+        try output.bounded(capacity: 160) { output in
+            output.raw(#"{"bristolType":"#)
+            output.integer(Int64(bristolType))
+            output.raw(#","createdAt":"#)
+            try output.timestamp(createdAt)
+            output.raw(#","id":"#)
+            output.uuid(id)
+            output.raw(#","notes":"#)
+        }
         output.string(notes)
-        output.raw(#","occurredAt":"#)
-        try output.timestamp(occurredAt)
-        output.raw(#","updatedAt":"#)
-        try output.timestamp(updatedAt)
-        output.raw(#","version":"#)
-        output.integer(version)
-        output.raw("}")
+        // 15 + 22 + 14 + 22 + 12 + 20 + 1 = 106 bytes at most.
+        try output.bounded(capacity: 128) { output in
+            output.raw(#","occurredAt":"#)
+            try output.timestamp(occurredAt)
+            output.raw(#","updatedAt":"#)
+            try output.timestamp(updatedAt)
+            output.raw(#","version":"#)
+            output.integer(version)
+            output.raw("}")
+        }
     }
 }

@@ -25,16 +25,16 @@ struct JSONBody {
         guard isJSON(request.headers[.contentType]) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "the body must be sent as Content-Type: application/json")
         }
-        let data = Data(buffer: buffer)
         let value: JSONValue
         do {
-            value = try JSONDecoder().decode(JSONValue.self, from: data)
+            value = try buffer.withUnsafeReadableBytes { raw in
+                try JSONParser.parse(UnsafeBufferPointer(start: raw.baseAddress?.assumingMemoryBound(to: UInt8.self), count: raw.count))
+            }
+        } catch JSONParser.Failure.duplicateKey(let key) {
+            throw duplicate(key)
         } catch {
-            // Foundation refuses some repeated keys itself; say which.
-            if let key = JSONDuplicateKeys.first(in: data) { throw duplicate(key) }
             throw APIError(.badRequest, "invalid_json", "the body is not valid JSON")
         }
-        if let key = JSONDuplicateKeys.first(in: data) { throw duplicate(key) }
         guard case .object(let object) = value else { throw APIError(.badRequest, "invalid_json", "the body must be a JSON object") }
         for key in object.keys.sorted() {
             if serverOwned.contains(key) { throw APIError.invalid(key, "is set by the server and cannot be sent") }

@@ -34,9 +34,24 @@ struct JSONOutput {
         raw("\":")
     }
 
-    mutating func integer(_ value: some BinaryInteger) {
-        bytes.append(contentsOf: String(value).utf8)
+    /// Decimal digits written on the stack, then copied in once (`String(value)` cost 550 instructions an integer).
+    mutating func integer(_ value: Int64) {
+        // The magnitude as unsigned: Int64.min has none as Int64.
+        var magnitude = value.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buffer in
+            guard let end = buffer.baseAddress.map({ $0 + buffer.count }) else { return }
+            var start = end
+            repeat {
+                start -= 1
+                start.pointee = UInt8(truncatingIfNeeded: 48 &+ magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(contentsOf: UnsafeBufferPointer(start: start, count: end - start))
+        }
     }
+
+    mutating func integer(_ value: Int) { integer(Int64(value)) }
 
     /// Timestamps and UUIDs have nothing to escape, and are written without an intermediate string.
     mutating func timestamp(_ date: Date) throws {
@@ -82,6 +97,78 @@ struct JSONOutput {
     }
 
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// Writes the pieces of bounded size `write` gives (keys, numbers, timestamps, UUIDs: no free text) into a
+    /// buffer of `capacity` bytes on the stack, then appends them at once: a log took 14 appends of a few bytes
+    /// each, 94 instructions apiece. A body larger than `capacity` throws `JSONOutput.Overflow`, never writes past it.
+    mutating func bounded(capacity: Int, _ write: (inout BoundedJSON) throws -> Void) throws {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            var output = BoundedJSON(buffer: buffer)
+            try write(&output)
+            guard !output.overflowed else { throw Overflow() }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<output.count]))
+        }
+    }
+
+    /// A body outgrew the capacity its writer declared: a bug, answered as an internal error.
+    struct Overflow: Error {}
+}
+
+/// `JSONOutput`'s bounded pieces, written into a fixed buffer: nothing is written past its end (`overflowed`
+/// says that something did not fit).
+struct BoundedJSON {
+    private let buffer: UnsafeMutableBufferPointer<UInt8>
+    private(set) var count = 0
+    private(set) var overflowed = false
+
+    init(buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+
+    private var rest: UnsafeMutableBufferPointer<UInt8> { UnsafeMutableBufferPointer(rebasing: buffer[count...]) }
+
+    mutating func raw(_ text: StaticString) {
+        let length = text.utf8CodeUnitCount
+        guard length <= buffer.count - count, let base = buffer.baseAddress else { overflowed = true; return }
+        (base + count).update(from: text.utf8Start, count: length)
+        count += length
+    }
+
+    mutating func integer(_ value: Int64) {
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits and a sign
+        let written = withUnsafeMutableBytes(of: &digits) { scratch -> Int in
+            var start = scratch.count
+            repeat {
+                start -= 1
+                scratch[start] = UInt8(truncatingIfNeeded: 48 &+ magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 {
+                start -= 1
+                scratch[start] = UInt8(ascii: "-")
+            }
+            let length = scratch.count - start
+            guard length <= buffer.count - count, let base = buffer.baseAddress else { return -1 }
+            for offset in 0..<length { base[count + offset] = scratch[start + offset] }
+            return length
+        }
+        if written < 0 { overflowed = true } else { count += written }
+    }
+
+    mutating func timestamp(_ date: Date) throws {
+        raw("\"")
+        let written = try Timestamp.write(date, into: rest)
+        if written == 0 { overflowed = true }
+        count += written
+        raw("\"")
+    }
+
+    mutating func uuid(_ value: UUID) {
+        raw("\"")
+        let written = UUIDText.write(value, into: rest)
+        if written == 0 { overflowed = true }
+        count += written
+        raw("\"")
+    }
 }
 
 /// A body that writes itself as `JSONOutput`.

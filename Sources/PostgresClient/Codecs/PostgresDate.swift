@@ -9,6 +9,9 @@ import Values
 /// offsets and a space before the time, and Foundation counts years before 1582 in the Julian calendar
 /// (measured: `0001-01-01T00:00:00Z` is 2 days off PostgreSQL's proleptic Gregorian value).
 package enum PostgresDate {
+    /// 1970-01-01 to 2000-01-01, PostgreSQL's epoch for binary dates and timestamps.
+    static let daysFrom1970To2000: Int64 = 10_957
+
     /// - Throws: `PostgresClientError.invalidParameter` for a date outside years 1…9999 (or not finite).
     static func format(_ date: Date) throws -> String {
         guard let micros = date.microsecondsSince1970 else {

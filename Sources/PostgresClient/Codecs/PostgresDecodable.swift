@@ -16,6 +16,9 @@ public protocol PostgresDecodable {
     /// default makes a `String` and calls `decode(postgresText:type:)`; the types read on every request (UUIDs,
     /// timestamps, integers) read the bytes themselves, with the same results and the same failures.
     static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self
+    /// Decodes a non-NULL value in PostgreSQL's binary format (`PostgresQuery.binaryResults`): big-endian
+    /// integers, 16-byte UUIDs, timestamps as microseconds since 2000. The default refuses, naming no value.
+    static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self
     /// The value for SQL NULL; throws for non-optional types.
     static func decodeNull() throws -> Self
 }
@@ -25,6 +28,10 @@ extension PostgresDecodable {
 
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
         try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)
+    }
+
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        throw PostgresDecodingFailure("\(Self.self) has no binary decoding: query it without binaryResults")
     }
 
     static func requireType(_ type: PostgresType, _ accepted: PostgresType...) throws {
@@ -39,15 +46,50 @@ extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
         try Wrapped.decode(postgresBytes: bytes, type: type)
     }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
+        try Wrapped.decode(postgresBinary: bytes, type: type)
+    }
     public static func decodeNull() throws -> Self { nil }
 }
 
-/// Any column can be read as its text representation.
+/// Any column can be read as its text representation; in binary format, only the textual types.
 extension String: PostgresDecodable {
     public static func decode(postgresText text: String, type: PostgresType) throws -> String { text }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> String {
+        try requireType(type, .text, .varchar, .bpchar, .name)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// PostgreSQL's binary integers: big-endian, 2, 4 or 8 bytes as the column's type says.
+private func decodeBinaryInteger<T: FixedWidthInteger>(_ bytes: UnsafeBufferPointer<UInt8>, _ type: PostgresType) throws -> T {
+    let width: Int
+    switch type {
+    case .int2: width = 2
+    case .int4, .oid: width = 4
+    case .int8: width = 8
+    default: throw PostgresDecodingFailure("incompatible column type")
+    }
+    guard bytes.count == width else { throw PostgresDecodingFailure("not a binary integer") }
+    var value: Int64 = 0
+    for byte in bytes { value = value << 8 | Int64(byte) }
+    // Sign-extend the narrower widths (an oid is unsigned).
+    if width < 8, type != .oid { value = (value << (64 - 8 * width)) >> (64 - 8 * width) }
+    guard let result = T(exactly: value) else { throw PostgresDecodingFailure("value out of range for \(T.self)") }
+    return result
+}
+
+/// 8 big-endian bytes as their unsigned value.
+private func bigEndianUInt64(_ bytes: UnsafeBufferPointer<UInt8>) -> UInt64 {
+    bytes.reduce(0) { $0 << 8 | UInt64($1) }
 }
 
 extension Bool: PostgresDecodable {
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Bool {
+        try requireType(type, .bool)
+        guard bytes.count == 1, bytes[0] <= 1 else { throw PostgresDecodingFailure("not a boolean") }
+        return bytes[0] == 1
+    }
     public static func decode(postgresText text: String, type: PostgresType) throws -> Bool {
         try requireType(type, .bool)
         switch text {
@@ -100,6 +142,9 @@ extension Int: PostgresDecodable {
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
         try decodeInteger(bytes, type)
     }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
+        try decodeBinaryInteger(bytes, type)
+    }
 }
 
 extension Int16: PostgresDecodable {
@@ -108,6 +153,9 @@ extension Int16: PostgresDecodable {
     }
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
         try decodeInteger(bytes, type)
+    }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
+        try decodeBinaryInteger(bytes, type)
     }
 }
 
@@ -118,6 +166,9 @@ extension Int32: PostgresDecodable {
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
         try decodeInteger(bytes, type)
     }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
+        try decodeBinaryInteger(bytes, type)
+    }
 }
 
 extension Int64: PostgresDecodable {
@@ -127,9 +178,22 @@ extension Int64: PostgresDecodable {
     public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
         try decodeInteger(bytes, type)
     }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
+        try decodeBinaryInteger(bytes, type)
+    }
 }
 
 extension Double: PostgresDecodable {
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Double {
+        switch (type, bytes.count) {
+        case (.float8, 8): return Double(bitPattern: bigEndianUInt64(bytes))
+        case (.float4, 4): return Double(Float(bitPattern: UInt32(truncatingIfNeeded: bigEndianUInt64(bytes))))
+        case (.float8, _), (.float4, _): throw PostgresDecodingFailure("not a binary float")
+        default:
+            guard type.isInteger else { throw PostgresDecodingFailure("incompatible column type (use Decimal or String for numeric)") }
+            return Double(try decodeBinaryInteger(bytes, type) as Int64)
+        }
+    }
     public static func decode(postgresText text: String, type: PostgresType) throws -> Double {
         // numeric is refused on purpose: it would silently lose precision. Use Decimal or String.
         guard type == .float8 || type == .float4 || type.isInteger else {
@@ -193,6 +257,12 @@ extension UUID: PostgresDecodable {
         guard let value = UUIDText.parse(utf8: bytes) else { throw PostgresDecodingFailure("not a UUID") }
         return value
     }
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> UUID {
+        try requireType(type, .uuid)
+        guard bytes.count == 16 else { throw PostgresDecodingFailure("not a binary UUID") }
+        return UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                           bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]))
+    }
 }
 
 extension Date: PostgresDecodable {
@@ -209,6 +279,28 @@ extension Date: PostgresDecodable {
         try requireType(type, .timestamptz, .timestamp, .date)
         if let value = PostgresDate.parse(utf8: bytes) { return value }
         return try decode(postgresText: String(decoding: bytes, as: UTF8.self), type: type)  // words the failure
+    }
+    /// timestamptz and timestamp: microseconds since 2000-01-01 (UTC); date: days since then. The same `Date` as
+    /// the text form gives; infinities and years outside 1…9999 are refused as there.
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Date {
+        try requireType(type, .timestamptz, .timestamp, .date)
+        let micros: Int64
+        if type == .date {
+            guard bytes.count == 4 else { throw PostgresDecodingFailure("not a binary date") }
+            let days = Int64(Int32(bitPattern: UInt32(truncatingIfNeeded: bigEndianUInt64(bytes))))
+            guard days != Int64(Int32.max), days != Int64(Int32.min) else { throw PostgresDecodingFailure("infinite timestamps have no Date form") }
+            micros = (days + PostgresDate.daysFrom1970To2000) * 86_400_000_000  // |days| < 2^31: no overflow
+        } else {
+            guard bytes.count == 8 else { throw PostgresDecodingFailure("not a binary timestamp") }
+            let since2000 = Int64(bitPattern: bigEndianUInt64(bytes))
+            guard since2000 != .max, since2000 != .min else { throw PostgresDecodingFailure("infinite timestamps have no Date form") }
+            let (value, overflowed) = since2000.addingReportingOverflow(PostgresDate.daysFrom1970To2000 * 86_400_000_000)
+            guard !overflowed else { throw PostgresDecodingFailure("a timestamp outside the years 1 to 9999") }
+            micros = value
+        }
+        guard Date.representableMicroseconds.contains(micros) else { throw PostgresDecodingFailure("a timestamp outside the years 1 to 9999") }
+        // As the text path makes it: the same Double for the same microseconds.
+        return Date(timeIntervalSince1970: Double(micros) / 1_000_000)
     }
 }
 

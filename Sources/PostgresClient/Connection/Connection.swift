@@ -264,7 +264,7 @@ public final class Connection {
                 guard let count = Int32(exactly: query.binds.count) else { return 0 }
                 guard configuration.statementCache else {
                     if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
-                    return PQsendQueryParams(pointer, query.sql, count, nil, values, nil, nil, 0)
+                    return PQsendQueryParams(pointer, query.sql, count, nil, values, nil, nil, query.binaryResults ? 1 : 0)
                 }
                 // The session-state check runs once per SQL text: cached statements carry its answer.
                 let cached = statements.lookup(query.sql)
@@ -278,7 +278,7 @@ public final class Connection {
                     name = newName
                 }
                 names[index] = name
-                return PQsendQueryPrepared(pointer, name, count, values, nil, nil, 0)
+                return PQsendQueryPrepared(pointer, name, count, values, nil, nil, query.binaryResults ? 1 : 0)
             }
             guard sent == 1 else { throw abandonPipeline() }
         }

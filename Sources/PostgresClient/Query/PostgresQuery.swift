@@ -13,6 +13,11 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
     public private(set) var binds: [String?]
     /// The first value that could not be encoded; thrown when the query is run, before anything is sent.
     private(set) var bindError: PostgresClientError?
+    /// Asks the server for every column in binary format: no text to print on the server nor to parse here (a
+    /// timestamp is 8 bytes, a UUID 16). Only for results whose every column's type has a binary decoder
+    /// (`PostgresDecodable.decode(postgresBinary:type:)`): text, integers, booleans, UUIDs, timestamps, dates,
+    /// floats. Any other column fails to decode, clearly.
+    public var binaryResults = false
 
     /// SQL with values bound by position. `sql` must not contain values spliced in by hand.
     public init(unsafeSQL sql: String, binds: [any PostgresEncodable] = []) {
@@ -45,6 +50,13 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
 
     /// The SQL text only: bound values are never printed.
     public var description: String { sql }
+
+    /// This query with `binaryResults` set.
+    public func withBinaryResults() -> PostgresQuery {
+        var query = self
+        query.binaryResults = true
+        return query
+    }
 
     public struct StringInterpolation: StringInterpolationProtocol {
         fileprivate var query = PostgresQuery(unsafeSQL: "")

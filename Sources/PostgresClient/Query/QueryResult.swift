@@ -14,6 +14,8 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
     /// Names to numbers, for results wider than `linearLookupLimit` (narrower ones are searched in order: cheaper
     /// than hashing the name, which was 3.5 % of the client's CPU listing 20 logs of 7 columns).
     private let columnIndex: [String: Int]
+    /// Whether each column came in binary format (`PostgresQuery.binaryResults`).
+    private let binary: [Bool]
     private static let linearLookupLimit = 16
     public let startIndex = 0
     public let endIndex: Int
@@ -25,13 +27,17 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         let count = Int(PQnfields(handle))
         var columns: [(name: String, type: PostgresType)] = []
         var index: [String: Int] = [:]
+        var binary: [Bool] = []
         columns.reserveCapacity(count)
+        binary.reserveCapacity(count)
         for column in 0..<count {
             let name = String(cString: PQfname(handle, Int32(column)))
             columns.append((name, PostgresType(rawValue: PQftype(handle, Int32(column)))))
+            binary.append(PQfformat(handle, Int32(column)) == 1)
             if count > Self.linearLookupLimit, index[name] == nil { index[name] = column }
         }
         self.columns = columns
+        self.binary = binary
         columnIndex = index
     }
 
@@ -61,6 +67,15 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
 
     public subscript(position: Int) -> Row { Row(result: self, row: position) }
 
+    /// The number of the column named `name`, for a caller that decodes many rows by number.
+    /// - Throws: `PostgresDecodingError` when the result has no such column.
+    public func column(named name: String) throws -> Int {
+        guard let number = columnNumber(name) else {
+            throw PostgresDecodingError(column: name, expected: "a column", actualType: "none", reason: "no such column in the result")
+        }
+        return number
+    }
+
     /// The column number for `name`, matched exactly (no case folding, unlike `PQfnumber`).
     func columnNumber(_ name: String) -> Int? {
         columns.count > Self.linearLookupLimit ? columnIndex[name] : columns.firstIndex { $0.name == name }
@@ -78,8 +93,10 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
             guard let value = PQgetvalue(handle, Int32(row), Int32(column)) else { throw PostgresDecodingFailure("no such row") }
             let length = Swift.max(0, Int(PQgetlength(handle, Int32(row), Int32(column))))
             let type = columns[column].type
+            let binary = binary[column]
             return try value.withMemoryRebound(to: UInt8.self, capacity: Swift.max(length, 1)) {
-                try T.decode(postgresBytes: UnsafeBufferPointer(start: $0, count: length), type: type)
+                let bytes = UnsafeBufferPointer(start: $0, count: length)
+                return binary ? try T.decode(postgresBinary: bytes, type: type) : try T.decode(postgresBytes: bytes, type: type)
             }
         } catch let failure as PostgresDecodingFailure {
             throw PostgresDecodingError(column: columns[column].name, expected: "\(T.self)",
@@ -90,7 +107,7 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
 
 /// One row of a `QueryResult`.
 public struct Row: Sendable {
-    let result: QueryResult
+    public let result: QueryResult
     let row: Int
 
     /// Decodes the column named `column`.
