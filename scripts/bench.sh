@@ -12,6 +12,8 @@ command -v pgbench >/dev/null || die "pgbench is needed (Debian: apt-get install
 command -v wrk >/dev/null || apt_install wrk
 # Server instructions per request are counted under callgrind (no hardware counters in a VM).
 command -v valgrind >/dev/null || apt_install valgrind
+command -v objcopy >/dev/null || apt_install binutils
+command -v cc >/dev/null || apt_install gcc
 url=$(scripts/db.sh start)
 export DATABASE_URL=$url
 "$swift" build -c release --product poopypals

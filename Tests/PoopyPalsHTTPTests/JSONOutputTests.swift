@@ -57,10 +57,11 @@ struct JSONOutputTests {
         func write(_ out: inout BoundedJSON) throws {
             out.raw(#"{"a":"#)
             out.integer(Int64.min)
-            out.raw(#","b":"#)
-            try out.timestamp(date)
-            out.raw(#","c":"#)
-            out.uuid(id)
+            out.raw(#","b":""#)
+            try out.unquotedTimestamp(date)
+            out.raw(#"","c":""#)
+            out.unquotedUUID(id)
+            out.raw(#"""#)
         }
         let full = #"{"a":-9223372036854775808,"b":"2026-11-21T01:00:00Z","c":""# + UUIDText.lowercase(id) + "\""
         if capacity >= full.utf8.count {

@@ -61,8 +61,11 @@ struct JSONParserTests {
         #expect(Self.parse("{\"a\":" + text + "}") == .failure(.invalid))  // one deeper
     }
 
-    /// Random documents written by Foundation are read back as Foundation reads them.
-    @Test func randomDocumentsAreReadAsFoundationReadsThem() throws {
+    /// Random documents written by Foundation are read back as they were made: every string, and every number to
+    /// the bit (Foundation writes doubles so that they round-trip, and `Double(String)` rounds correctly; Foundation's
+    /// own reader on Linux goes through `Decimal` and can be a few units off in the last place, so it is not the
+    /// reference).
+    @Test func randomDocumentsAreReadBackAsTheyWereMade() throws {
         var generator = SystemRandomNumberGenerator()
         func random(_ depth: Int) -> Any {
             switch Int.random(in: depth > 3 ? 0...3 : 0...5, using: &generator) {
@@ -82,11 +85,7 @@ struct JSONParserTests {
             switch value {
             case .null: return foundation is NSNull
             case .bool: return false
-            case .number(let number):
-                // Foundation on Linux reads some fractions through Decimal: its double can be a unit or so off in
-                // the last place. Ours is the correctly rounded one (`Double(String)`); whole numbers are exact.
-                guard let other = (foundation as? NSNumber)?.doubleValue else { return false }
-                return number == number.rounded() ? other == number : abs(other - number) <= 4 * number.ulp
+            case .number(let number): return (foundation as? NSNumber)?.doubleValue == number
             case .string(let text): return foundation as? String == text
             case .array(let items):
                 guard let other = foundation as? [Any], other.count == items.count else { return false }
@@ -99,11 +98,10 @@ struct JSONParserTests {
         for _ in 0..<300 {
             let document = random(0)
             let data = try JSONSerialization.data(withJSONObject: document, options: .fragmentsAllowed)
-            let reread = try JSONSerialization.jsonObject(with: data, options: .fragmentsAllowed)
             let parsed = try data.withUnsafeBytes { raw in
                 try JSONParser.parse(UnsafeBufferPointer(start: raw.baseAddress?.assumingMemoryBound(to: UInt8.self), count: raw.count))
             }
-            #expect(same(parsed, reread), "\(String(decoding: data, as: UTF8.self).prefix(200))")
+            #expect(same(parsed, document), "\(String(decoding: data, as: UTF8.self).prefix(200))")
         }
     }
 }

@@ -49,24 +49,24 @@ extension LogBody: JSONWritable {
     /// Keys in sorted order, as the encoder's `.sortedKeys` puts them; `notes` is `null` when absent. The parts
     /// around `notes` are of bounded size: each is written on the stack and appended once.
     func write(to output: inout JSONOutput) throws {
-        // 15 + 20 + 14 + 22 + 8 + 38 + 10 = 127 bytes at most.
+        // 15 + 20 + 15 + 20 + 9 + 36 + 11 = 126 bytes at most.
         try output.bounded(capacity: 160) { output in
             output.raw(#"{"bristolType":"#)
             output.integer(Int64(bristolType))
-            output.raw(#","createdAt":"#)
-            try output.timestamp(createdAt)
-            output.raw(#","id":"#)
-            output.uuid(id)
-            output.raw(#","notes":"#)
+            output.raw(#","createdAt":""#)
+            try output.unquotedTimestamp(createdAt)
+            output.raw(#"","id":""#)
+            output.unquotedUUID(id)
+            output.raw(#"","notes":"#)
         }
         output.string(notes)
-        // 15 + 22 + 14 + 22 + 12 + 20 + 1 = 106 bytes at most.
+        // 16 + 20 + 16 + 20 + 12 + 20 + 1 = 105 bytes at most.
         try output.bounded(capacity: 128) { output in
-            output.raw(#","occurredAt":"#)
-            try output.timestamp(occurredAt)
-            output.raw(#","updatedAt":"#)
-            try output.timestamp(updatedAt)
-            output.raw(#","version":"#)
+            output.raw(#","occurredAt":""#)
+            try output.unquotedTimestamp(occurredAt)
+            output.raw(#"","updatedAt":""#)
+            try output.unquotedTimestamp(updatedAt)
+            output.raw(#"","version":"#)
             output.integer(version)
             output.raw("}")
         }

@@ -8,6 +8,12 @@ import Values
 struct LogsController: Sendable {
     let logs: PoopLogRepository
 
+    // The fields each body takes and those the server owns: made once, not hashed into a new set per request.
+    static let createFields: Set<String> = ["id", "occurredAt", "bristolType", "notes"]
+    static let createServerOwned: Set<String> = ["deviceId", "createdAt", "updatedAt"]
+    static let patchFields: Set<String> = ["occurredAt", "bristolType", "notes"]
+    static let patchServerOwned: Set<String> = ["id", "deviceId", "createdAt", "updatedAt"]
+
     func register(on router: Router<APIContext>) {
         router.post("/v1/logs", use: create)
         router.get("/v1/logs", use: list)
@@ -18,8 +24,8 @@ struct LogsController: Sendable {
 
     @Sendable func create(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
-        let body = try await JSONBody.read(request, context: context, allowed: ["id", "occurredAt", "bristolType", "notes"],
-                                           serverOwned: ["deviceId", "createdAt", "updatedAt"])
+        let body = try await JSONBody.read(request, context: context, allowed: Self.createFields,
+                                           serverOwned: Self.createServerOwned)
         let new = NewPoopLog(id: try body.uuid("id"), occurredAt: try body.required("occurredAt", body.timestamp),
                              bristolType: try body.required("bristolType", body.int), notes: try body.string("notes"))
         let (log, created) = try await logs.create(new, as: device)
@@ -49,8 +55,8 @@ struct LogsController: Sendable {
     @Sendable func patch(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
         let id = try Self.logID(context)
-        let body = try await JSONBody.read(request, context: context, allowed: ["occurredAt", "bristolType", "notes"],
-                                           serverOwned: ["id", "deviceId", "createdAt", "updatedAt"])
+        let body = try await JSONBody.read(request, context: context, allowed: Self.patchFields,
+                                           serverOwned: Self.patchServerOwned)
         try body.refuseNull("occurredAt")
         try body.refuseNull("bristolType")
         var patch = PoopLogPatch(occurredAt: try body.timestamp("occurredAt"), bristolType: try body.int("bristolType"))

@@ -6,6 +6,9 @@ import PoopyPalsData
 struct SyncController: Sendable {
     let sync: SyncRepository
 
+    static let pushFields: Set<String> = ["operations", "cursor"]
+    static let operationFields: Set<String> = ["op", "log", "id", "baseVersion"]
+
     func register(on router: Router<APIContext>) {
         router.get("/v1/sync", use: pull)
         router.post("/v1/sync", use: push)
@@ -26,7 +29,7 @@ struct SyncController: Sendable {
 
     @Sendable func push(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
-        let body = try await JSONBody.read(request, context: context, allowed: ["operations", "cursor"])
+        let body = try await JSONBody.read(request, context: context, allowed: Self.pushFields)
         guard case .array(let items)? = body.value("operations") else { throw APIError.invalid("operations", "is required: an array") }
         let operations = try items.enumerated().map { index, item in try Self.operation(item, index: index) }
         let outcome = try await sync.push(operations, as: device, continuing: try body.string("cursor"))
@@ -46,11 +49,11 @@ struct SyncController: Sendable {
 
     static func operation(_ item: JSONValue, index: Int) throws -> SyncOperation {
         let prefix = path(ofOperation: index)
-        let operation = try JSONBody.nested(item, prefix: prefix, allowed: ["op", "log", "id", "baseVersion"])
+        let operation = try JSONBody.nested(item, prefix: prefix, allowed: Self.operationFields)
         switch try operation.string("op") {
         case "upsert":
             guard let value = operation.value("log") else { throw APIError.invalid("\(prefix).log", "is required") }
-            let log = try JSONBody.nested(value, prefix: "\(prefix).log", allowed: ["id", "occurredAt", "bristolType", "notes"])
+            let log = try JSONBody.nested(value, prefix: "\(prefix).log", allowed: LogsController.createFields)
             func field<T>(_ read: () throws -> T) throws -> T { try named("\(prefix).log", read) }
             let baseVersion: Int64?
             do {

@@ -36,6 +36,8 @@ struct JSONBody {
             throw APIError(.badRequest, "invalid_json", "the body is not valid JSON")
         }
         guard case .object(let object) = value else { throw APIError(.badRequest, "invalid_json", "the body must be a JSON object") }
+        // Sorted only to name the same refused key every time, when there is one.
+        if object.keys.allSatisfy({ allowed.contains($0) && !serverOwned.contains($0) }) { return JSONBody(object: object) }
         for key in object.keys.sorted() {
             if serverOwned.contains(key) { throw APIError.invalid(key, "is set by the server and cannot be sent") }
             if !allowed.contains(key) { throw APIError.invalid(key, "is not a known field") }

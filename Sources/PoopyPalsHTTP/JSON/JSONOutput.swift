@@ -71,11 +71,16 @@ struct JSONOutput {
     mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         defer { bytes.append(UInt8(ascii: "\"")) }
-        // Most strings (ids, cursors, most notes) have nothing to escape: copied at once.
-        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == UInt8(ascii: "/") }) {
-            bytes.append(contentsOf: value.utf8)
-            return
+        // Most strings (ids, cursors, most notes) have nothing to escape: copied at once, from the string's own
+        // contiguous bytes when it has them (every native string).
+        let copied = value.utf8.withContiguousStorageIfAvailable { utf8 -> Bool in
+            for byte in utf8 where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "/") {
+                return false
+            }
+            bytes.append(contentsOf: utf8)
+            return true
         }
+        if copied == true { return }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""): raw("\\\"")
@@ -154,20 +159,19 @@ struct BoundedJSON {
         if written < 0 { overflowed = true } else { count += written }
     }
 
-    mutating func timestamp(_ date: Date) throws {
-        raw("\"")
+    /// The timestamp's 20 characters, without quotes: the caller's keys carry them (`","createdAt":"`), one
+    /// copy fewer per piece.
+    mutating func unquotedTimestamp(_ date: Date) throws {
         let written = try Timestamp.write(date, into: rest)
         if written == 0 { overflowed = true }
         count += written
-        raw("\"")
     }
 
-    mutating func uuid(_ value: UUID) {
-        raw("\"")
+    /// The UUID's 36 characters, without quotes (see `unquotedTimestamp`).
+    mutating func unquotedUUID(_ value: UUID) {
         let written = UUIDText.write(value, into: rest)
         if written == 0 { overflowed = true }
         count += written
-        raw("\"")
     }
 }
 

@@ -32,10 +32,11 @@ struct StatementCache {
 
     /// The name `sql` is prepared under and whether it may leave session state, marking it recently used.
     mutating func lookup(_ sql: String) -> (name: String, persists: Bool)? {
-        guard var entry = entries[sql] else { return nil }
+        // One hash of the SQL text (hundreds of bytes) per lookup, not one to read and one to write back.
+        guard let index = entries.index(forKey: sql) else { return nil }
         clock += 1
-        entry.lastUsed = clock
-        entries[sql] = entry
+        entries.values[index].lastUsed = clock
+        let entry = entries.values[index]
         return (entry.name, entry.persists)
     }
 

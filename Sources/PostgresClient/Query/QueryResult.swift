@@ -16,6 +16,8 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
     private let columnIndex: [String: Int]
     /// Whether each column came in binary format (`PostgresQuery.binaryResults`).
     private let binary: [Bool]
+    /// `columns`' types alone: read for every value, without touching (and retaining) the names.
+    private let types: [PostgresType]
     private static let linearLookupLimit = 16
     public let startIndex = 0
     public let endIndex: Int
@@ -38,6 +40,7 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         }
         self.columns = columns
         self.binary = binary
+        types = columns.map(\.type)
         columnIndex = index
     }
 
@@ -92,12 +95,10 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
             // Read from libpq's bytes: UUIDs, timestamps and integers make no String on the way.
             guard let value = PQgetvalue(handle, Int32(row), Int32(column)) else { throw PostgresDecodingFailure("no such row") }
             let length = Swift.max(0, Int(PQgetlength(handle, Int32(row), Int32(column))))
-            let type = columns[column].type
-            let binary = binary[column]
-            return try value.withMemoryRebound(to: UInt8.self, capacity: Swift.max(length, 1)) {
-                let bytes = UnsafeBufferPointer(start: $0, count: length)
-                return binary ? try T.decode(postgresBinary: bytes, type: type) : try T.decode(postgresBytes: bytes, type: type)
-            }
+            // No closure: libpq's `char *` read as bytes where it is.
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length)
+            return binary[column] ? try T.decode(postgresBinary: bytes, type: types[column])
+                                  : try T.decode(postgresBytes: bytes, type: types[column])
         } catch let failure as PostgresDecodingFailure {
             throw PostgresDecodingError(column: columns[column].name, expected: "\(T.self)",
                                         actualType: columns[column].type.description, reason: failure.reason)
