@@ -50,6 +50,26 @@ struct ConformanceTests {
         }
     }
 
+    /// Nesting as deep as the parser takes is read (and refused as a field), one level deeper and a body that is
+    /// nothing but 64 000 open brackets are invalid JSON; the server answers each, on its own threads' stacks.
+    @Test func deeplyNestedBodiesAreAnsweredNotCrashedOn() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            func nested(_ depth: Int) -> String {
+                #"{"occurredAt": "2026-01-01T10:00:00Z", "bristolType": 4, "notes": "# + String(repeating: "[", count: depth)
+                    + String(repeating: "]", count: depth) + "}"
+            }
+            let deepest = try await api.send("POST", "/v1/logs", device: device, json: nested(JSONParser.maximumDepth - 1))
+            #expect(deepest.status == 400 && deepest.errorCode == "invalid_field" && deepest.text.contains("notes"), "\(deepest.text)")
+            let deeper = try await api.send("POST", "/v1/logs", device: device, json: nested(JSONParser.maximumDepth))
+            #expect(deeper.status == 400 && deeper.errorCode == "invalid_json", "\(deeper.text)")
+            let brackets = try await api.send("POST", "/v1/logs", device: device, json: String(repeating: "[", count: 64_000))
+            #expect(brackets.status == 400 && brackets.errorCode == "invalid_json", "\(brackets.text)")
+            #expect(try await api.send("GET", "/v1/logs", device: device).status == 200)
+        }
+    }
+
     @Test func aKeyGivenTwiceOrAQueryParameterGivenTwiceIs400() async throws {
         try await TestDatabase.withAPI { api, _ in
             let device = UUID()

@@ -52,7 +52,10 @@ struct BinaryResultTests {
         try await TestDatabase.with { db in
             try await db.withConnection { conn in
                 for (sql, type) in [("SELECT 'infinity'::timestamptz AS x", "Date"), ("SELECT '-infinity'::timestamp AS x", "Date"),
-                                    ("SELECT 'infinity'::date AS x", "Date"), ("SELECT '10000-01-01'::timestamptz AS x", "Date"),
+                                    ("SELECT 'infinity'::date AS x", "Date"),
+                                    // PostgreSQL's last date: its microseconds do not fit in 64 bits.
+                                    ("SELECT '5874897-12-31'::date AS x", "Date"), ("SELECT '5874897-12-31'::date AS x", "CalendarDate"),
+                                    ("SELECT '4713-01-01 BC'::date AS x", "Date"), ("SELECT '10000-01-01'::timestamptz AS x", "Date"),
                                     ("SELECT '4713-01-01 BC'::date AS x", "CalendarDate"), ("SELECT 40000::int4 AS x", "Int16"),
                                     ("SELECT 1.5::numeric AS x", "Double"), ("SELECT 7::int4 AS x", "String"),
                                     ("SELECT '\\x00'::bytea AS x", "Data"), ("SELECT 'a'::text AS x", "UUID")] {

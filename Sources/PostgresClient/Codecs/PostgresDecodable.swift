@@ -287,9 +287,13 @@ extension Date: PostgresDecodable {
         let micros: Int64
         if type == .date {
             guard bytes.count == 4 else { throw PostgresDecodingFailure("not a binary date") }
-            let days = Int64(Int32(bitPattern: UInt32(truncatingIfNeeded: bigEndianUInt64(bytes))))
-            guard days != Int64(Int32.max), days != Int64(Int32.min) else { throw PostgresDecodingFailure("infinite timestamps have no Date form") }
-            micros = (days + PostgresDate.daysFrom1970To2000) * 86_400_000_000  // |days| < 2^31: no overflow
+            let since2000 = Int32(bitPattern: UInt32(truncatingIfNeeded: bigEndianUInt64(bytes)))
+            guard since2000 != .max, since2000 != .min else { throw PostgresDecodingFailure("infinite timestamps have no Date form") }
+            // Checked in days before multiplying: PostgreSQL's dates reach the year 5874897, whose microseconds
+            // overflow 64 bits. 0001-01-01 and 9999-12-31, in days since 1970:
+            let days = Int64(since2000) + PostgresDate.daysFrom1970To2000
+            guard (-719_162 ... 2_932_896).contains(days) else { throw PostgresDecodingFailure("a timestamp outside the years 1 to 9999") }
+            micros = days * 86_400_000_000
         } else {
             guard bytes.count == 8 else { throw PostgresDecodingFailure("not a binary timestamp") }
             let since2000 = Int64(bitPattern: bigEndianUInt64(bytes))
