@@ -405,17 +405,7 @@ query_wait_timeout = 15
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
-    as_owner rm -f "$dir/pgbouncer.log"
-    as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "$name did not start"; }
-    for _ in $(seq 50); do
-      port_in_use "$port" && break
-      as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
-      sleep 0.1
-    done
-    port_in_use "$port" && break
-    as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
-      || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "$name is not listening on $port"; }
-    say "127.0.0.1:$port is held by another socket; trying the next port"
+    launch_pgbouncer "$dir" "$bin" "$port" "$name" && break
     # shellcheck disable=SC2046
     port=$(pick_port $((port + 1)) $(awk '{ print $2 }' "$STATE/ports"))
     sed -i "s/^$name .*/$name $port/" "$STATE/ports"

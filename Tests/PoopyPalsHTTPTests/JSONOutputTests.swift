@@ -36,12 +36,12 @@ struct JSONOutputTests {
         #expect(try JSONResponse.encode(writing: [LogBody]()) == (try ReferenceJSON.encode([LogBody]())))
     }
 
-    @Test func integersAreWrittenAsTheirDecimalForm() {
+    @Test func integersAreWrittenAsTheirDecimalForm() throws {
         var values: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1, 1_000_000_007]
         values += (0..<500).map { _ in Int64.random(in: Int64.min...Int64.max) }
         for value in values {
             var output = JSONOutput()
-            output.integer(value)
+            try output.bounded(capacity: 20) { $0.integer(value) }  // 20: Int64.min's length
             #expect(output.bytes == Array(String(value).utf8), "\(value)")
         }
     }

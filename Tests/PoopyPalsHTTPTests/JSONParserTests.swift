@@ -105,3 +105,17 @@ struct JSONParserTests {
         }
     }
 }
+
+extension JSONParser {
+    /// `parse` on a string's UTF-8, for tests.
+    static func parse(_ text: String) throws(Failure) -> JSONValue {
+        var text = text
+        do {
+            return try text.withUTF8 { try parse($0) }
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw .invalid
+        }
+    }
+}

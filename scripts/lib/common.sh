@@ -27,3 +27,24 @@ apt_install() {
     || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; } \
     || die "apt-get install $* failed"
 }
+
+# Starts PgBouncer on $1/pgbouncer.ini (the caller writes it) with binary $2, and waits until it listens on port $3;
+# $4 names it in messages. Returns 0 once it listens; 1 when the port is held by another socket after all (the
+# caller takes another port and writes the ini again); dies on anything else.
+launch_pgbouncer() {
+  local dir=$1 bin=$2 port=$3 label=$4
+  as_owner rm -f "$dir/pgbouncer.log"
+  as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "$label did not start"; }
+  for _ in $(seq 50); do
+    port_in_use "$port" && return 0
+    as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  port_in_use "$port" && return 0
+  # A free-looking port in the kernel's ephemeral range (32768-60999) can be the local end of a client
+  # connection: nothing listens there, yet bind() fails. Seen once on a busy run.
+  as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
+    || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "$label is not listening on $port"; }
+  say "127.0.0.1:$port is held by another socket; trying the next port"
+  return 1
+}

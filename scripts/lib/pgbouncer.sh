@@ -38,19 +38,7 @@ ignore_startup_parameters = extra_float_digits,options
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
-    as_owner rm -f "$dir/pgbouncer.log"
-    as_owner "$bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 || { as_owner tail -5 "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
-    for _ in $(seq 50); do
-      port_in_use "$port" && break
-      as_owner grep -q "nowhere to listen" "$dir/pgbouncer.log" 2>/dev/null && break
-      sleep 0.1
-    done
-    port_in_use "$port" && break
-    # A free-looking port in the kernel's ephemeral range (32768-60999) can be the local end of a client
-    # connection: nothing listens there, yet bind() fails. Seen once on a busy run; take the next port.
-    as_owner grep -q "Address already in use" "$dir/pgbouncer.log" 2>/dev/null \
-      || { as_owner tail -5 "$dir/pgbouncer.log" >&2 || true; die "pgbouncer is not listening on $port"; }
-    say "127.0.0.1:$port is held by another socket; trying the next port"
+    launch_pgbouncer "$dir" "$bin" "$port" pgbouncer && break
     port=$((port + 1))
   done
   port_in_use "$port" || die "pgbouncer found no port to listen on after $attempt tries"

@@ -34,25 +34,6 @@ struct JSONOutput {
         raw("\":")
     }
 
-    /// Decimal digits written on the stack, then copied in once (`String(value)` cost 550 instructions an integer).
-    mutating func integer(_ value: Int64) {
-        // The magnitude as unsigned: Int64.min has none as Int64.
-        var magnitude = value.magnitude
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buffer in
-            guard let end = buffer.baseAddress.map({ $0 + buffer.count }) else { return }
-            var start = end
-            repeat {
-                start -= 1
-                start.pointee = UInt8(truncatingIfNeeded: 48 &+ magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            if value < 0 { bytes.append(UInt8(ascii: "-")) }
-            bytes.append(contentsOf: UnsafeBufferPointer(start: start, count: end - start))
-        }
-    }
-
-    mutating func integer(_ value: Int) { integer(Int64(value)) }
-
     /// Timestamps and UUIDs have nothing to escape, and are written without an intermediate string.
     mutating func timestamp(_ date: Date) throws {
         bytes.append(UInt8(ascii: "\""))

@@ -28,17 +28,6 @@ struct JSONParser {
         return value
     }
 
-    static func parse(_ text: String) throws(Failure) -> JSONValue {
-        var text = text
-        do {
-            return try text.withUTF8 { try parse($0) }
-        } catch let failure as Failure {
-            throw failure
-        } catch {
-            throw .invalid
-        }
-    }
-
     private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 
     private mutating func skipWhitespace() {

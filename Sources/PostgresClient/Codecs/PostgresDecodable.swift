@@ -135,53 +135,23 @@ private func decodeInteger<T: FixedWidthInteger>(_ text: String, _ type: Postgre
     return value
 }
 
-extension Int: PostgresDecodable {
-    public static func decode(postgresText text: String, type: PostgresType) throws -> Int {
+/// The integer types: the text form's digits (read from the bytes where they can be), or the big-endian binary form.
+extension PostgresDecodable where Self: FixedWidthInteger {
+    public static func decode(postgresText text: String, type: PostgresType) throws -> Self {
         try decodeInteger(text, type)
     }
-    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
+    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
         try decodeInteger(bytes, type)
     }
-    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int {
+    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Self {
         try decodeBinaryInteger(bytes, type)
     }
 }
 
-extension Int16: PostgresDecodable {
-    public static func decode(postgresText text: String, type: PostgresType) throws -> Int16 {
-        try decodeInteger(text, type)
-    }
-    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
-        try decodeInteger(bytes, type)
-    }
-    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int16 {
-        try decodeBinaryInteger(bytes, type)
-    }
-}
-
-extension Int32: PostgresDecodable {
-    public static func decode(postgresText text: String, type: PostgresType) throws -> Int32 {
-        try decodeInteger(text, type)
-    }
-    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
-        try decodeInteger(bytes, type)
-    }
-    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int32 {
-        try decodeBinaryInteger(bytes, type)
-    }
-}
-
-extension Int64: PostgresDecodable {
-    public static func decode(postgresText text: String, type: PostgresType) throws -> Int64 {
-        try decodeInteger(text, type)
-    }
-    public static func decode(postgresBytes bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
-        try decodeInteger(bytes, type)
-    }
-    public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Int64 {
-        try decodeBinaryInteger(bytes, type)
-    }
-}
+extension Int: PostgresDecodable {}
+extension Int16: PostgresDecodable {}
+extension Int32: PostgresDecodable {}
+extension Int64: PostgresDecodable {}
 
 extension Double: PostgresDecodable {
     public static func decode(postgresBinary bytes: UnsafeBufferPointer<UInt8>, type: PostgresType) throws -> Double {

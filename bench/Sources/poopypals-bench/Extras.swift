@@ -154,9 +154,7 @@ enum HTTPLoad {
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
             let after = Child.usage(of: server)
-            // "12345 requests in 8.00s, …"
-            let requests = output.split(separator: "\n").first { $0.contains(" requests in ") }
-                .flatMap { Int($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } ?? 0
+            let requests = completedRequests(in: output)
             var row = HTTPRow(server: name, route: route, connections: connections, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                               p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
             if let before, let after, requests > 0 {
@@ -186,6 +184,12 @@ enum HTTPLoad {
                 end
                 """),
         ]
+    }
+
+    /// The requests `wrk` completed: its line "12345 requests in 8.00s, …" (0 when there is none).
+    static func completedRequests(in output: String) -> Int {
+        output.split(separator: "\n").first { $0.contains(" requests in ") }
+            .flatMap { Int($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } ?? 0
     }
 
     /// wrk prints `812.00us`, `1.23ms` or `2.01s`.

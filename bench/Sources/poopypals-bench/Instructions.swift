@@ -56,13 +56,13 @@ enum InstructionCount {
             rows += try await Child.whileRunning(valgrind, ["--tool=callgrind", "--callgrind-out-file=\(out)",
                                                             server.binary] + server.arguments,
                                                  environment: server.environment, output: log) { pid in
-                try await measure(server.name, pid: pid, port: server.port, log: log, directory: directory, seconds: seconds, devices: devices)
+                try await measure(server.name, pid: pid, port: server.port, directory: directory, seconds: seconds, devices: devices)
             }
         }
         return rows
     }
 
-    private static func measure(_ name: String, pid: pid_t, port: Int, log: String, directory: URL, seconds: Int, devices: Int) async throws -> [InstructionRow] {
+    private static func measure(_ name: String, pid: pid_t, port: Int, directory: URL, seconds: Int, devices: Int) async throws -> [InstructionRow] {
         let deadline = ContinuousClock.now + .seconds(120)
         // The log line may sit in a buffer (the peer's standard output is a file): a connection tells.
         while !acceptsConnections(port: port) {
@@ -73,15 +73,16 @@ enum InstructionCount {
         for (route, script) in HTTPLoad.scripts(devices: devices) {
             let file = directory.appendingPathComponent("load.lua")
             try script.write(to: file, atomically: true, encoding: .utf8)
-            let wrk = ["wrk", "-t", "1", "-c", "\(connections)", "-s", file.path, "http://127.0.0.1:\(port)"]
+            func wrk(seconds: Int) -> [String] {
+                ["wrk", "-t", "1", "-c", "\(connections)", "-d", "\(seconds)s", "-s", file.path, "http://127.0.0.1:\(port)"]
+            }
             // Warm up (lazy symbol binding, connections, prepared statements), uncounted.
-            _ = try await Child.run(Array(wrk[..<5]) + ["-d", "3s"] + Array(wrk[5...]))
+            _ = try await Child.run(wrk(seconds: 3))
             try await control(["-z", "\(pid)"])
-            let (status, output) = try await Child.run(Array(wrk[..<5]) + ["-d", "\(seconds)s"] + Array(wrk[5...]))
+            let (status, output) = try await Child.run(wrk(seconds: seconds))
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
             try await control(["-d", "\(pid)"])
-            let requests = output.split(separator: "\n").first { $0.contains(" requests in ") }
-                .flatMap { Int($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } ?? 0
+            let requests = HTTPLoad.completedRequests(in: output)
             guard requests > 0 else { throw BenchError("no request completed under valgrind (\(name), \(route))") }
             let total = try latestDumpTotal(in: directory)
             let row = InstructionRow(server: name, route: route, connections: connections, requests: requests,
