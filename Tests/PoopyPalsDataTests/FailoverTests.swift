@@ -124,4 +124,34 @@ struct FailoverTests {
             await database.pool.close()
         }
     }
+
+    /// CI failed once on /readyz: a probe sent on a connection whose server process was being terminated (a
+    /// restart, an operator's pg_terminate_backend) answered "the database is not reachable" although a fresh
+    /// connection would have served it. Readiness asks again, once, on a fresh connection, within its deadline.
+    /// Reproduced by stopping the probe's server process, terminating it (the signal waits) and resuming it only
+    /// once the probe's query is on its way.
+    @Test func readinessOnAConnectionTerminatedUnderItAsksAgainOnAFreshOne() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let probe = db.pool(size: 1)
+            try await database.checkReadiness(on: probe)  // the probe's one connection is warm
+            guard let pid = try await Self.stopServerProcess(of: probe) else { return }
+            var resumed = false
+            defer { if !resumed { kill(pid, SIGCONT) } }
+            let terminated = try await db.withConnection { conn in
+                try conn.query("SELECT pg_terminate_backend(\(pid))")[0].decode(0, as: Bool.self)
+            }
+            #expect(terminated)
+            let started = ContinuousClock.now
+            async let ready: Void = database.checkReadiness(on: probe)
+            try await Task.sleep(for: .milliseconds(300))  // the probe's query is sent to the stopped process
+            kill(pid, SIGCONT)
+            resumed = true
+            try await ready
+            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(try await probe.withConnection { $0.serverProcessID } != pid)
+            await probe.close()
+            await database.pool.close()
+        }
+    }
 }

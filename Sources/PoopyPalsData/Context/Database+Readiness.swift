@@ -6,29 +6,48 @@ extension Database {
     /// bounded by a 2 s statement timeout and a 3 s deadline the client enforces (a hung node cannot hold the
     /// probe). A read-only node (a standby, or a primary demoted by a switchover, reached through a pooler or a
     /// connection made before) is not ready: its connection is dropped, so the next probe connects afresh, to the
-    /// writable host if any.
+    /// writable host if any. A probe whose connection was lost under it (its server process terminated, the
+    /// server restarted) asks once more, on a fresh connection, within the same deadline: the old session's end
+    /// says nothing about the node.
     /// - Throws: `DatabaseFailure` (`.unavailable(.readOnly)` for a node that takes no writes), never a driver error.
     public func checkReadiness(on probe: ConnectionPool? = nil) async throws(DatabaseFailure) {
         let pool = probe ?? self.pool
-        let writable: Bool
-        do {
-            writable = try await pool.withConnection(limits: .within(.seconds(3))) { connection -> Bool in
-                let results = try connection.pipeline([
-                    "BEGIN",
-                    """
-                    SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true), \
-                    current_setting('transaction_read_only') = 'off' AS writable
-                    """,
-                    "COMMIT",
-                ])
-                let writable = try results[1][0].decode("writable", as: Bool.self)
-                if !writable { connection.discardAfterUse() }
-                return writable
+        let limits = RoundTripLimits.within(.seconds(3))
+        var writable = false
+        for attempt in 1...2 {
+            do {
+                writable = try await pool.withConnection(limits: attempt == 1 ? limits : RoundTripLimits(deadline: limits.deadline)) { connection -> Bool in
+                    let results = try connection.pipeline([
+                        "BEGIN",
+                        """
+                        SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true), \
+                        current_setting('transaction_read_only') = 'off' AS writable
+                        """,
+                        "COMMIT",
+                    ])
+                    let writable = try results[1][0].decode("writable", as: Bool.self)
+                    if !writable { connection.discardAfterUse() }
+                    return writable
+                }
+                break
+            } catch {
+                if attempt == 1, Self.lostTheSession(error), let deadline = limits.deadline,
+                   deadline &- RoundTripWatch.now() > 500_000_000 {
+                    continue
+                }
+                throw DatabaseFailure(classifying: error) ?? .unavailable(.other)
             }
-        } catch {
-            throw DatabaseFailure(classifying: error) ?? .unavailable(.other)
         }
         guard writable else { throw .unavailable(.readOnly) }
+    }
+
+    /// True when `error` ended the session rather than answered the question: the connection was lost, or the
+    /// server ended this session (terminated, shutting down, crashed: 57P01, 57P02, 57P03).
+    static func lostTheSession(_ error: any Error) -> Bool {
+        if let server = PostgresError.find(in: error) {
+            return server.sqlState.meansTheNodeIsUnfit && server.sqlState != .readOnlySQLTransaction
+        }
+        return PostgresClientError.find(in: error)?.kind == .connectionLost
     }
 
     /// True when the service's login is a superuser or has BYPASSRLS: every policy is then ignored, FORCEd or
