@@ -66,6 +66,13 @@ struct Bench: AsyncParsableCommand {
                                visibility: .hidden))
     var servePeer: Int?
 
+    @Option(help: ArgumentHelp("Run this scenario alone, for the client breakdown under callgrind (the bench starts it itself).",
+                               visibility: .hidden))
+    var profileScenario: String?
+
+    @Option(help: ArgumentHelp("Requests counted per scenario in the client breakdown.", visibility: .hidden))
+    var operations = 1000
+
     func validate() throws {
         if readScaleOnly, serverBinary == nil || clusterURL == nil || standbyURL == nil {
             throw ValidationError("--read-scale-only needs --server-binary, --cluster-url and --standby-url (scripts/bench.sh passes them)")
@@ -74,6 +81,7 @@ struct Bench: AsyncParsableCommand {
         guard (1...120).contains(seconds) else { throw ValidationError("--seconds must be 1…120") }
         guard (1...10).contains(rounds) else { throw ValidationError("--rounds must be 1…10") }
         guard concurrency.allSatisfy({ (1...256).contains($0) }) else { throw ValidationError("--concurrency values must be 1…256") }
+        guard (1...1_000_000).contains(operations) else { throw ValidationError("--operations must be 1…1000000") }
         guard (1...100_000).contains(devices) else { throw ValidationError("--devices must be 1…100000") }
         guard scalingRows.allSatisfy({ (1...100_000_000).contains($0) }) else { throw ValidationError("--scaling-rows must be 1…100000000") }
     }
@@ -84,6 +92,10 @@ struct Bench: AsyncParsableCommand {
                 throw BenchError("the HTTP peer needs DATABASE_URL")
             }
             return try await HTTPPeer.serve(port: servePeer, url: url)
+        }
+        if let profileScenario {
+            guard let url = databaseURL else { throw ValidationError("--profile-scenario needs --database-url") }
+            return try await ClientBreakdown.runChild(scenario: profileScenario, databaseURL: url, operations: operations, devices: devices)
         }
         let started = Date()
         let server = ConnectionConfiguration.resolve(databaseURL: databaseURL, environment: ProcessInfo.processInfo.environment)
@@ -142,7 +154,8 @@ struct Bench: AsyncParsableCommand {
 
         var http: [HTTPRow] = []
         // The HTTP peer is this binary, in a process of its own, as our server is.
-        let peerBinary = skipPeer ? nil : try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let benchBinary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let peerBinary = skipPeer ? nil : benchBinary
         if let serverBinary, !skipExtras, !readScaleOnly, !instructionsOnly {
             http = try await HTTPLoad.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
                                           seconds: seconds * 2, devices: devices)
@@ -153,6 +166,11 @@ struct Bench: AsyncParsableCommand {
                                                           seconds: seconds * 2, devices: devices)
         }
 
+        var breakdown: [BreakdownRow] = []
+        if let benchBinary, !skipExtras, !readScaleOnly {
+            breakdown = try await ClientBreakdown.run(benchBinary: benchBinary, databaseURL: try urlFor(target), devices: devices, operations: operations)
+        }
+
         var readScale: [ReadScaleRow] = []
         if let serverBinary, let clusterURL, let standbyURL, !skipExtras, !instructionsOnly {
             readScale = try await ReadScale.run(serverBinary: serverBinary, clusterURL: clusterURL, standbyURL: standbyURL,
@@ -160,7 +178,7 @@ struct Bench: AsyncParsableCommand {
         }
 
         let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
-                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, instructions: instructions, readScale: readScale,
+                            secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, instructions: instructions, breakdown: breakdown, readScale: readScale,
                             keyDerivationNanoseconds: Report.measureKeyDerivation())
         print("\n" + report.markdown)
         try report.write(json: json)

@@ -20,9 +20,7 @@ enum InstructionCount {
     /// Ours and the peer, each started under callgrind; warmed up, then for each route: the counts zeroed, `wrk` for `seconds`, a dump, its total over the requests `wrk` completed. Everything runs about 50
     /// times slower under valgrind, so a few hundred requests per route are enough for a stable count.
     static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int) async throws -> [InstructionRow] {
-        guard let valgrind = ["/usr/bin/valgrind", "/usr/local/bin/valgrind"].first(where: FileManager.default.isExecutableFile(atPath:)),
-              FileManager.default.isExecutableFile(atPath: "/usr/bin/callgrind_control") || FileManager.default.isExecutableFile(atPath: "/usr/local/bin/callgrind_control")
-        else {
+        guard let valgrind = valgrind() else {
             print("instruction counts skipped: valgrind is not installed (Debian: apt-get install valgrind)")
             return []
         }
@@ -93,9 +91,18 @@ enum InstructionCount {
         return rows
     }
 
+    /// valgrind's path, when it and callgrind's tools are installed.
+    static func valgrind() -> String? {
+        let directories = ["/usr/bin", "/usr/local/bin"]
+        guard let directory = directories.first(where: { FileManager.default.isExecutableFile(atPath: $0 + "/valgrind") }),
+              directories.contains(where: { FileManager.default.isExecutableFile(atPath: $0 + "/callgrind_control") })
+        else { return nil }
+        return directory + "/valgrind"
+    }
+
     /// Valgrind 3.19 (Debian 12) cannot read the DWARF 5 of Swift 6's binaries ("Possibly corrupted debuginfo
     /// file"): it runs a copy without debug information (the symbol table stays, so profiles still name functions).
-    private static func withoutDebugInfo(_ binary: String, in directory: URL) async throws -> String? {
+    static func withoutDebugInfo(_ binary: String, in directory: URL) async throws -> String? {
         let copy = directory.appendingPathComponent(URL(fileURLWithPath: binary).lastPathComponent + "-\(UUID().uuidString.prefix(8))").path
         let (status, _) = try await Child.run(["objcopy", "--strip-debug", binary, copy])
         return status == 0 ? copy : nil
@@ -104,7 +111,7 @@ enum InstructionCount {
     /// Valgrind 3.19 writes into the signal mask `rt_sigsuspend` is given, and libdispatch's signal thread passes
     /// one in read-only memory: valgrind dies of SIGSEGV as the server starts. Preloaded, this `sigsuspend` hands
     /// the kernel a copy on the stack.
-    private static func sigsuspendShim(in directory: URL) async throws -> String? {
+    static func sigsuspendShim(in directory: URL) async throws -> String? {
         let source = directory.appendingPathComponent("sigsuspend.c")
         let library = directory.appendingPathComponent("libsigsuspend.so").path
         try """
@@ -135,7 +142,7 @@ enum InstructionCount {
         }
     }
 
-    private static func control(_ arguments: [String]) async throws {
+    static func control(_ arguments: [String]) async throws {
         let (status, output) = try await Child.run(["callgrind_control"] + arguments)
         guard status == 0 else { throw BenchError("callgrind_control \(arguments.joined(separator: " ")) exited with \(status): \(output)") }
     }

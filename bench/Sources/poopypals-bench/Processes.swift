@@ -10,11 +10,13 @@ import SystemPackage
 /// actions (a child of one of Swift's worker threads would otherwise inherit its blocked signals: pgbench's
 /// `-T` timer, SIGALRM, would never fire). Standard error is discarded.
 enum Child {
-    /// Runs a program found on PATH to completion: its exit status (128 + signal when killed) and output.
-    static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+    /// Runs a program (found on PATH unless given as a path) to completion: its exit status (128 + signal when killed) and output.
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {
         guard let name = arguments.first else { throw BenchError("no program to run") }
-        let result = try await Subprocess.run(.name(name), arguments: Arguments(Array(arguments.dropFirst())),
-                                              output: .string(limit: 16 << 20), error: .discarded)
+        let executable: Executable = name.contains("/") ? .path(FilePath(name)) : .name(name)
+        let result = try await Subprocess.run(executable, arguments: Arguments(Array(arguments.dropFirst())),
+                                              environment: .inherit.updating(settings(environment)),
+                                              output: .string(limit: 64 << 20), error: .discarded)
         return (status(result.terminationStatus), result.standardOutput)
     }
 
@@ -26,10 +28,8 @@ enum Child {
     ) async throws -> T {
         let file = try FileDescriptor.open(FilePath(output), .writeOnly, options: [.create, .truncate],
                                            permissions: [.ownerReadWrite])
-        var settings: [Environment.Key: String?] = [:]
-        for (key, value) in environment { settings[Environment.Key(stringLiteral: key)] = value }
         let outcome = try await Subprocess.run(
-            .path(FilePath(binary)), arguments: Arguments(arguments), environment: .inherit.updating(settings),
+            .path(FilePath(binary)), arguments: Arguments(arguments), environment: .inherit.updating(settings(environment)),
             input: .none, output: .fileDescriptor(file, closeAfterSpawningProcess: true), error: .discarded
         ) { execution in
             let pid = execution.processIdentifier.value
@@ -43,6 +43,12 @@ enum Child {
             }
         }
         return outcome.closureResult
+    }
+
+    private static func settings(_ environment: [String: String]) -> [Environment.Key: String?] {
+        var settings: [Environment.Key: String?] = [:]
+        for (key, value) in environment { settings[Environment.Key(stringLiteral: key)] = value }
+        return settings
     }
 
     /// Peak resident memory of a running process so far (VmHWM), in MiB.

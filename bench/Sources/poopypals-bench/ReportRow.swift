@@ -45,6 +45,7 @@ struct Report: Encodable {
     let scaling: [ScalingRow]
     let http: [HTTPRow]
     let instructions: [InstructionRow]
+    let breakdown: [BreakdownRow]
     let readScale: [ReadScaleRow]
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
@@ -116,6 +117,15 @@ struct Report: Encodable {
                 let peer = instructions.first { $0.server == HTTPLoad.peerName && $0.route == row.route }
                 let versus = row.server == "poopypals" ? (peer.map { String(format: "%.2f", row.instructionsPerRequest / max(1, $0.instructionsPerRequest)) } ?? "–") : "–"
                 text += String(format: "| %@ | %@ | %d | %.0f | %@ |\n", row.server, row.route, row.requests, row.instructionsPerRequest, versus)
+            }
+        }
+        if !breakdown.isEmpty {
+            text += "\nThe data layer's client instructions per request, by part (callgrind; each scenario alone, one request at a time on one connection, \(breakdown.first?.operations ?? 0) requests after a warm-up; "
+            text += "each function's own instructions, given to the part its name or library says; runtime: reference counting, allocation, copies and strings, whoever asked for them):\n\n"
+            text += "| scenario | all | row decoding | parameter encoding | libpq protocol | runtime | concurrency runtime | bookkeeping (pipeline, transaction, pool) |\n|---|---|---|---|---|---|---|---|\n"
+            for row in breakdown {
+                text += String(format: "| %@ | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", row.scenario, row.total, row.decode, row.encode, row.libpq,
+                               row.runtime, row.concurrency, row.bookkeeping)
             }
         }
         if !readScale.isEmpty {
