@@ -5,6 +5,19 @@ import Values
 
 @Suite("No database needed")
 struct UnitTests {
+    /// The C strings handed to libpq: NULL for nil, every value whole and NUL-terminated, also past the stack's
+    /// share (a 100 000-byte value) and with no value at all.
+    @Test func cStringArraysHoldEveryValueWhole() {
+        let long = String(repeating: "ü💩x", count: 12_500)
+        for strings: [String?] in [[], [nil], [""], [nil, "", "abc", "héllo 💩", long, nil, String(repeating: "a", count: 1023)],
+                                   ["user", "5000", "2000", "60000", "00000000-0000-4000-8000-000000000001"]] {
+            let read = withCStringArray(strings) { pointers in
+                (0..<strings.count).map { index in pointers?[index].map { String(cString: $0) } }
+            }
+            #expect(read == strings)
+        }
+    }
+
     @Test func uuidTextAgreesWithFoundationBothWays() {
         for _ in 0..<2000 {
             let uuid = UUID()

@@ -5,6 +5,31 @@ import TestSupport
 
 @Suite("Values travel intact")
 struct ValueTests {
+    /// A column is found by its exact name, in a narrow result (compared in libpq's bytes) and a wide one (a
+    /// dictionary): a name that is the prefix of another, an empty name, a name that differs only in case, one
+    /// that is not ASCII; a decoding error names its column; names and the command tag are read when asked.
+    @Test func columnsAreFoundByTheirExactName() async throws {
+        try await TestDatabase.with { db in
+            try await db.withConnection { conn in
+                let narrow = try conn.query(#"SELECT 1 AS id, 2 AS id2, 3 AS "i", 4 AS "é", 5 AS "ID", 'x' AS t, 6 AS "Id ""q""""#)
+                #expect(narrow.commandTag == "SELECT 1")
+                #expect(narrow.columns.map(\.name) == ["id", "id2", "i", "é", "ID", "t", #"Id "q""#])
+                let row = narrow[0]
+                #expect(try [row.decode("id", as: Int.self), row.decode("id2"), row.decode("i"), row.decode("é"), row.decode("ID"),
+                             row.decode(#"Id "q""#)] == [1, 2, 3, 4, 5, 6])
+                #expect(throws: PostgresDecodingError.self) { try row.decode("", as: Int.self) }
+                #expect(throws: PostgresDecodingError.self) { try row.decode("Id", as: Int.self) }
+                let error = try #require(throws: PostgresDecodingError.self) { try row.decode("t", as: Int.self) }
+                #expect(error.column == "t")
+
+                let wide = try conn.query(PostgresQuery(unsafeSQL: "SELECT " + (0..<20).map { "\($0) AS c\($0)" }.joined(separator: ", ")))
+                #expect(try (0..<20).map { try wide[0].decode("c\($0)", as: Int.self) } == Array(0..<20))
+                #expect(throws: PostgresDecodingError.self) { try wide[0].decode("c20", as: Int.self) }
+                #expect(wide.columns.count == 20)
+            }
+        }
+    }
+
     @Test func everySupportedTypeRoundTripsIncludingNull() async throws {
         try await TestDatabase.with { db in
             try await db.withConnection { conn in

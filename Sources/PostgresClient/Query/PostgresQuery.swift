@@ -73,14 +73,27 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
         /// Binds `value` as the next parameter.
         public mutating func appendInterpolation(_ value: some PostgresEncodable) {
             query.bind(value)
-            query.sql += "$\(query.binds.count)"
+            appendPlaceholder()
         }
 
         /// Binds `value` as the next parameter, or NULL when it is nil.
         public mutating func appendInterpolation<Value: PostgresEncodable>(_ value: Value?) {
             query.bind(value)
-            query.sql += "$\(query.binds.count)"
+            appendPlaceholder()
         }
+
+        /// `$n` for the parameter just bound, from a table for the first ones: not formatted (an interpolated
+        /// String) for every parameter of every request.
+        private mutating func appendPlaceholder() {
+            let number = query.binds.count
+            if number < Self.placeholders.count {
+                query.sql += Self.placeholders[number]
+            } else {
+                query.sql += "$" + String(number)
+            }
+        }
+
+        private static let placeholders = (0..<64).map { "$" + String($0) }
 
         /// Splices raw SQL text in. Never pass anything that came from outside the program.
         public mutating func appendInterpolation(unescaped sql: String) {

@@ -7,41 +7,54 @@ import Foundation
 /// any thread is safe: hence `@unchecked Sendable`.
 public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
     private let handle: OpaquePointer
-    /// The command tag, such as `INSERT 0 1`.
-    public let commandTag: String
-    /// Column names and types, in order.
-    public let columns: [(name: String, type: PostgresType)]
     /// Names to numbers, for results wider than `linearLookupLimit` (narrower ones are searched in order: cheaper
     /// than hashing the name, which was 3.5 % of the client's CPU listing 20 logs of 7 columns).
     private let columnIndex: [String: Int]
     /// Whether each column came in binary format (`PostgresQuery.binaryResults`).
     private let binary: [Bool]
-    /// `columns`' types alone: read for every value, without touching (and retaining) the names.
+    /// Each column's type: read for every value.
     private let types: [PostgresType]
     private static let linearLookupLimit = 16
     public let startIndex = 0
     public let endIndex: Int
 
+    /// Only the types and formats are read up front. Names and the command tag stay in libpq's result until asked
+    /// for: a request has four to five results (BEGIN and COMMIT included), and a String for each tag and each
+    /// column's name was made for every one of them.
     init(taking handle: OpaquePointer) {
         self.handle = handle
         endIndex = Int(PQntuples(handle))
-        commandTag = String(cString: PQcmdStatus(handle))
         let count = Int(PQnfields(handle))
-        var columns: [(name: String, type: PostgresType)] = []
-        var index: [String: Int] = [:]
+        var types: [PostgresType] = []
         var binary: [Bool] = []
-        columns.reserveCapacity(count)
+        var index: [String: Int] = [:]
+        types.reserveCapacity(count)
         binary.reserveCapacity(count)
         for column in 0..<count {
-            let name = String(cString: PQfname(handle, Int32(column)))
-            columns.append((name, PostgresType(rawValue: PQftype(handle, Int32(column)))))
+            types.append(PostgresType(rawValue: PQftype(handle, Int32(column))))
             binary.append(PQfformat(handle, Int32(column)) == 1)
-            if count > Self.linearLookupLimit, index[name] == nil { index[name] = column }
         }
-        self.columns = columns
+        if count > Self.linearLookupLimit {
+            for column in 0..<count {
+                let name = String(cString: PQfname(handle, Int32(column)))
+                if index[name] == nil { index[name] = column }
+            }
+        }
+        self.types = types
         self.binary = binary
-        types = columns.map(\.type)
         columnIndex = index
+    }
+
+    /// The command tag, such as `INSERT 0 1`.
+    public var commandTag: String { String(cString: PQcmdStatus(handle)) }
+
+    /// Column names and types, in order.
+    public var columns: [(name: String, type: PostgresType)] {
+        types.indices.map { (name(ofColumn: $0), types[$0]) }
+    }
+
+    private func name(ofColumn column: Int) -> String {
+        PQfname(handle, Int32(column)).map { String(cString: $0) } ?? ""
     }
 
     deinit { PQclear(handle) }
@@ -81,11 +94,21 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
 
     /// The column number for `name`, matched exactly (no case folding, unlike `PQfnumber`).
     func columnNumber(_ name: String) -> Int? {
-        columns.count > Self.linearLookupLimit ? columnIndex[name] : columns.firstIndex { $0.name == name }
+        if types.count > Self.linearLookupLimit { return columnIndex[name] }
+        var name = name
+        // Compared with libpq's bytes where they are, byte for byte: no String per column.
+        return name.withUTF8 { wanted -> Int? in
+            for column in types.indices {
+                guard let raw = PQfname(handle, Int32(column)), strlen(raw) == wanted.count else { continue }
+                guard let bytes = wanted.baseAddress else { return column }  // both empty
+                if memcmp(raw, bytes, wanted.count) == 0 { return column }
+            }
+            return nil
+        }
     }
 
     func decode<T: PostgresDecodable>(_ type: T.Type, row: Int, column: Int) throws -> T {
-        guard column >= 0, column < columns.count else {
+        guard column >= 0, column < types.count else {
             throw PostgresDecodingError(column: "#\(column)", expected: "\(T.self)", actualType: "none",
                                         reason: "no such column")
         }
@@ -100,8 +123,8 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
             return binary[column] ? try T.decode(postgresBinary: bytes, type: types[column])
                                   : try T.decode(postgresBytes: bytes, type: types[column])
         } catch let failure as PostgresDecodingFailure {
-            throw PostgresDecodingError(column: columns[column].name, expected: "\(T.self)",
-                                        actualType: columns[column].type.description, reason: failure.reason)
+            throw PostgresDecodingError(column: name(ofColumn: column), expected: "\(T.self)",
+                                        actualType: types[column].description, reason: failure.reason)
         }
     }
 }
