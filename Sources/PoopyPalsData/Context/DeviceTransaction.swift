@@ -34,22 +34,31 @@ public final class DeviceTransaction {
         self.device = device
         self.readOnly = snapshot || readOnly
         self.recorder = snapshot || readOnly ? nil : recorder
-        prefix = [
-            snapshot ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : readOnly ? "BEGIN READ ONLY" : "BEGIN",
-            // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
-            // Every value is bound, never spliced in.
-            """
-            SELECT set_config('role', \(Database.serviceRole), true), set_config('app.device_id', \(UUIDText.lowercase(device.key)), true), \
-            set_config('statement_timeout', \(RequestTimeouts.milliseconds(timeouts.statement)), true), \
-            set_config('lock_timeout', \(RequestTimeouts.milliseconds(timeouts.lock)), true), \
-            set_config('idle_in_transaction_session_timeout', \(RequestTimeouts.milliseconds(timeouts.idleInTransaction)), true)
-            """,
-        ]
+        var prefix: [PostgresQuery] = []
+        prefix.reserveCapacity(freshAt == nil ? 2 : 3)
+        prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
+        // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
+        // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
+        prefix.append(PostgresQuery(unsafeSQL: Self.context, binds: [
+            Database.serviceRole, UUIDText.lowercase(device.key), RequestTimeouts.milliseconds(timeouts.statement),
+            RequestTimeouts.milliseconds(timeouts.lock), RequestTimeouts.milliseconds(timeouts.idleInTransaction),
+        ]))
         if let freshAt {
-            prefix?.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
+            prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
             checksFreshness = true
         }
+        self.prefix = prefix
     }
+
+    private static let begin: PostgresQuery = "BEGIN"
+    private static let beginReadOnly: PostgresQuery = "BEGIN READ ONLY"
+    private static let beginSnapshot: PostgresQuery = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    private static let commitStatement: PostgresQuery = "COMMIT"
+    /// The request's context: role, device, statement, lock and idle-in-transaction time limits ($1…$5).
+    private static let context = """
+        SELECT set_config('role', $1, true), set_config('app.device_id', $2, true), set_config('statement_timeout', $3, true), \
+        set_config('lock_timeout', $4, true), set_config('idle_in_transaction_session_timeout', $5, true)
+        """
 
     /// True once the transaction has begun on the server.
     var hasBegun: Bool { prefix == nil }
@@ -120,10 +129,13 @@ public final class DeviceTransaction {
         }
         let prefixStatements = prefix ?? []
         prefix = nil
-        var batch = prefixStatements + [query]
+        var batch: [PostgresQuery] = []
+        batch.reserveCapacity(prefixStatements.count + 3)
+        batch.append(contentsOf: prefixStatements)
+        batch.append(query)
         let records = commit ? recorder : nil
         if commit {
-            batch.append("COMMIT")
+            batch.append(Self.commitStatement)
             commitSent = true
             isFinished = true
             // After the COMMIT, in the same round trip: where it reached, for the response's Consistency-Token.
