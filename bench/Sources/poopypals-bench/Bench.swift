@@ -70,6 +70,10 @@ struct Bench: AsyncParsableCommand {
                                visibility: .hidden))
     var profileScenario: String?
 
+    @Option(help: ArgumentHelp("Run the postgres-nio peer's requests of this scenario for --seconds at the first --concurrency, and print the measurement as JSON (the bench starts it itself).",
+                               visibility: .hidden))
+    var nioPeerRun: String?
+
     @Option(help: ArgumentHelp("Requests counted per scenario in the client breakdown.", visibility: .hidden))
     var operations = 1000
 
@@ -96,6 +100,10 @@ struct Bench: AsyncParsableCommand {
         if let profileScenario {
             guard let url = databaseURL else { throw ValidationError("--profile-scenario needs --database-url") }
             return try await ClientBreakdown.runChild(scenario: profileScenario, databaseURL: url, operations: operations, devices: devices)
+        }
+        if let nioPeerRun {
+            guard let url = databaseURL, let level = concurrency.first else { throw ValidationError("--nio-peer-run needs --database-url and --concurrency") }
+            return try await NIOPeer.runChild(scenario: nioPeerRun, url: url, concurrency: level, seconds: seconds, devices: devices)
         }
         let started = Date()
         let server = ConnectionConfiguration.resolve(databaseURL: databaseURL, environment: ProcessInfo.processInfo.environment)
@@ -219,39 +227,22 @@ struct Bench: AsyncParsableCommand {
         var ours: [Measurement] = []
         var theirs: [Measurement] = []
         var nio: [Measurement] = []
-        // The postgres-nio peer: its own pool of the same size, warmed up the same way, run in a task as its
-        // README says; skipped (with a note) when the server is not reached by a URL it can take.
-        let peerConfiguration = skipPeer ? nil : try? NIOPeer.configuration(url: try urlFor(target), maximumConnections: level)
-        let peer = peerConfiguration.map { NIOPeer(client: PostgresNIO.PostgresClient(configuration: $0, backgroundLogger: Logger(label: "bench.postgres-nio"))) }
-        let peerTask = peer.map { peer in Task { await peer.client.run() } }
-        defer { peerTask?.cancel() }
-        let name = scenario.name
-        if let peer {
-            _ = try await runLoad(concurrency: level, duration: .milliseconds(500)) { worker in
-                let n = 1 + (worker * 7919) % devices
-                try await peer.request(name, key: Scenario.device(n).key, user: Scenario.user(n), email: Scenario.email(n))
-            }
-        }
+        // The postgres-nio peer: each of its runs in a process of its own (`NIOPeer.measureInChild`), its pool of the
+        // same size warmed up the same way; skipped (with a note) when the server is not reached by a URL it can take.
+        let peerURL = skipPeer ? nil : try? urlFor(target)
+        let peer = peerURL.flatMap { url in (try? NIOPeer.configuration(url: url, maximumConnections: level)).map { _ in url } }
+        let benchBinary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         for _ in 0..<rounds {
             ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds), executor: executor) { _ in
                 try await scenario.ours(repositories, Int.random(in: 1...devices))
             })
             theirs.append(try await pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
-            if let peer {
-                nio.append(try await runLoad(concurrency: level, duration: .seconds(seconds)) { _ in
-                    let n = Int.random(in: 1...devices)
-                    try await peer.request(name, key: Scenario.device(n).key, user: Scenario.user(n), email: Scenario.email(n))
-                })
+            if let peer, let benchBinary {
+                nio.append(try await NIOPeer.measureInChild(binary: benchBinary, scenario: scenario.name, url: peer,
+                                                            concurrency: level, seconds: seconds, devices: devices))
             }
         }
         await repositories.database.pool.close()
-        // The peer's client is shut down before the next cell, not left winding down behind it: cancelled clients
-        // that were never awaited kept working beside the later cells (our context switches per request went
-        // from 1.0 to 2.5–4.5 in the scenarios measured last, and 1.0 again with --skip-peer).
-        if let peerTask {
-            peerTask.cancel()
-            await peerTask.value
-        }
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, nio: nio, roundTrips: roundTrips)
     }
 

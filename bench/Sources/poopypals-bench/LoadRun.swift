@@ -2,7 +2,7 @@ import Foundation
 import Histogram
 
 /// What one timed run measured.
-struct Measurement: Sendable, Encodable {
+struct Measurement: Sendable, Codable {
     let operations: Int
     let seconds: Double
     let p50Milliseconds: Double?

@@ -80,3 +80,43 @@ struct NIOPeer: Sendable {
         }
     }
 }
+
+extension NIOPeer {
+    /// One timed run of the peer, in a process of its own (the bench binary with `--nio-peer-run`), which ends with
+    /// the run. In the bench's own process the peer's leftovers counted as ours: postgres-nio arms a timer per
+    /// request, and a cancelled sleep's timer still fires at its deadline, so during our next runs the dispatch
+    /// timer thread and the cooperative threads woke thousands of times a second (`perf record -e context-switches`
+    /// on the bench; a probe on `swift_dispatchEnqueueWithDeadline` counted about 3 000 timers armed per second in
+    /// the peer's runs, 1 per second in ours). The scenarios measured after a peer run showed 1.7–3.0 context
+    /// switches per request instead of 1.0, and 1.5–2× the CPU; run alone, or with `--skip-peer`, 1.0.
+    /// - Throws: when the child fails or prints no measurement.
+    static func measureInChild(binary: String, scenario: String, url: String, concurrency: Int, seconds: Int,
+                               devices: Int) async throws -> Measurement {
+        let (status, output) = try await Child.run(
+            [binary, "--nio-peer-run", scenario, "--database-url", url, "--concurrency", "\(concurrency)",
+             "--seconds", "\(seconds)", "--devices", "\(devices)"],
+            environment: ["LOG_LEVEL": "warning"])
+        guard status == 0, let line = output.split(separator: "\n").last,
+              let measurement = try? JSONDecoder().decode(Measurement.self, from: Data(line.utf8))
+        else { throw BenchError("the postgres-nio peer's run of \(scenario) exited with status \(status) and no measurement") }
+        return measurement
+    }
+
+    /// The child's side: warm up (open every connection), one timed run, its measurement as one line of JSON.
+    static func runChild(scenario: String, url: String, concurrency: Int, seconds: Int, devices: Int) async throws {
+        let peer = NIOPeer(client: PostgresNIO.PostgresClient(configuration: try configuration(url: url, maximumConnections: concurrency),
+                                                              backgroundLogger: Logger(label: "bench.postgres-nio")))
+        let running = Task { await peer.client.run() }
+        defer { running.cancel() }
+        let request = { @Sendable (n: Int) async throws in
+            try await peer.request(scenario, key: Scenario.device(n).key, user: Scenario.user(n), email: Scenario.email(n))
+        }
+        _ = try await runLoad(concurrency: concurrency, duration: .milliseconds(500)) { worker in
+            try await request(1 + (worker * 7919) % devices)
+        }
+        let measurement = try await runLoad(concurrency: concurrency, duration: .seconds(seconds)) { _ in
+            try await request(Int.random(in: 1...devices))
+        }
+        FileHandle.standardOutput.write(try JSONEncoder().encode(measurement) + Data("\n".utf8))
+    }
+}

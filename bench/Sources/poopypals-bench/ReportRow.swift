@@ -74,7 +74,7 @@ struct Report: Encodable {
     var markdown: String {
         var text = "Measured \(date) on \(machine); \(secondsPerRun) s per run, \(rounds) alternating rounds (ours, pgbench, postgres-nio).\n"
         text += "Ratios are per round (min–max); vs postgres-nio: the smallest. CPU and context switches are the client's, per request "
-        text += "(`getrusage`: our whole process; pgbench's process; the postgres-nio peer's whole process).\n\n"
+        text += "(`getrusage`: our whole process; pgbench's process; the postgres-nio peer's process, one per run).\n\n"
         if !scenarios.isEmpty {
             text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips |\n"
             text += "|---|---|---|---|---|---|---|---|---|---|---|\n"
