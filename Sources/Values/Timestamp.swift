@@ -54,23 +54,34 @@ public enum Timestamp {
         return String(unsafeUninitializedCapacity: 20) { fields.write(into: $0) }
     }
 
+    /// "00", "01" … "99": a two-digit field is one lookup. A `StaticString` is a constant in the binary, read
+    /// through a pointer: no lazy-initialisation check and no bounds check per digit, as a global array has.
+    static let digitPairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+
     private struct Fields {
         let year: Int64, month: Int64, day: Int64, time: Int64
 
-        /// Needs 20 bytes in `buffer`; the fields are in range (years 1…9999), so every digit is `value % 10`.
+        /// Needs 20 bytes in `buffer`. Two-digit fields from `digitPairs`, in 32-bit arithmetic: 211 instructions
+        /// per timestamp with a division and a remainder per digit in 64 bits (callgrind, `GET /v1/logs` writes 60).
         @discardableResult
         func write(into buffer: UnsafeMutableBufferPointer<UInt8>) -> Int {
-            guard buffer.count >= 20, let out = buffer.baseAddress else { return 0 }
-            @inline(__always) func two(_ value: Int64, at offset: Int) {
-                out[offset] = UInt8(truncatingIfNeeded: 48 &+ value / 10 % 10)
-                out[offset &+ 1] = UInt8(truncatingIfNeeded: 48 &+ value % 10)
+            // Every index into the table below is then at most 99 (`fields` refuses years outside 1…9999;
+            // `CivilDays.civil` gives months 1…12 and days 1…31).
+            guard buffer.count >= 20, let out = buffer.baseAddress, (1...9999).contains(year), (1...12).contains(month),
+                  (1...31).contains(day), (0..<86_400).contains(time) else { return 0 }
+            let pairs = Timestamp.digitPairs.utf8Start
+            @inline(__always) func two(_ value: UInt32, at offset: Int) {
+                let index = Int(truncatingIfNeeded: value &* 2)
+                out[offset] = pairs[index]
+                out[offset &+ 1] = pairs[index &+ 1]
             }
+            let year = UInt32(truncatingIfNeeded: year), time = UInt32(truncatingIfNeeded: time)
             two(year / 100, at: 0)
             two(year % 100, at: 2)
             out[4] = UInt8(ascii: "-")
-            two(month, at: 5)
+            two(UInt32(truncatingIfNeeded: month), at: 5)
             out[7] = UInt8(ascii: "-")
-            two(day, at: 8)
+            two(UInt32(truncatingIfNeeded: day), at: 8)
             out[10] = UInt8(ascii: "T")
             two(time / 3600, at: 11)
             out[13] = UInt8(ascii: ":")
