@@ -49,11 +49,44 @@ struct JSONBody {
         APIError(.badRequest, "invalid_json", "the key \(StrictQueryMiddleware.quoted(key)) appears more than once in one object")
     }
 
-    /// `application/json` or a `+json` type, any parameters (`; charset=utf-8`), any case.
+    /// `application/json` or a `+json` type, any parameters (`; charset=utf-8`), any case: the media type is the
+    /// first non-empty part before a `;`, trimmed of spaces and tabs.
+    ///
+    /// Read on the header's bytes when they are ASCII (every real client's): Foundation's `trimmingCharacters`
+    /// went through a UTF-16 copy and cost 13.6 k of a `POST /v1/logs`'s 384 k instructions (callgrind). Any other
+    /// value goes the general way, with Unicode's spaces and case.
     static func isJSON(_ contentType: String?) -> Bool {
-        guard let contentType else { return false }
+        guard var contentType else { return false }
+        if let answer = contentType.withUTF8({ isJSON(ascii: $0) }) { return answer }
         let media = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         return media == "application/json" || (media.hasPrefix("application/") && media.hasSuffix("+json"))
+    }
+
+    /// The answer for an ASCII value; nil for any other.
+    private static func isJSON(ascii bytes: UnsafeBufferPointer<UInt8>) -> Bool? {
+        guard bytes.allSatisfy({ $0 < 0x80 }) else { return nil }
+        // Empty parts are skipped, as `split` omits them.
+        var start = 0
+        while start < bytes.count, bytes[start] == UInt8(ascii: ";") { start += 1 }
+        var end = start
+        while end < bytes.count, bytes[end] != UInt8(ascii: ";") { end += 1 }
+        func isBlank(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        while start < end, isBlank(bytes[start]) { start += 1 }
+        while end > start, isBlank(bytes[end - 1]) { end -= 1 }
+        let media = UnsafeBufferPointer(rebasing: bytes[start..<end])
+        func matches(_ expected: StaticString, at offset: Int) -> Bool {
+            let count = expected.utf8CodeUnitCount
+            guard offset >= 0, offset + count <= media.count else { return false }
+            let wanted = UnsafeBufferPointer(start: expected.utf8Start, count: count)
+            for index in 0..<count {
+                var byte = media[offset + index]
+                if byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") { byte += 32 }
+                if byte != wanted[index] { return false }
+            }
+            return true
+        }
+        if media.count == 16 && matches("application/json", at: 0) { return true }
+        return matches("application/", at: 0) && matches("+json", at: media.count - 5)
     }
 
     /// 2^53 - 1, the largest integer a double holds exactly (JavaScript's `Number.MAX_SAFE_INTEGER`).
