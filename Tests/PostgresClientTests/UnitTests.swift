@@ -119,6 +119,43 @@ struct UnitTests {
         #expect(PostgresDate.parse("2026-11-21 10:00:00 junk") == nil)
     }
 
+    /// The text a timestamp parameter is sent as, against the padded-string form it was built as before.
+    @Test func dateTextIsWrittenAsThePaddedForm() throws {
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let digits = String(value)
+            return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
+        }
+        func reference(_ date: Date) -> String? {
+            guard let micros = date.microsecondsSince1970 else { return nil }
+            let secondsOfDay = 86_400 * Int64(1_000_000)
+            var days = micros / secondsOfDay, rest = micros % secondsOfDay
+            if rest < 0 { rest += secondsOfDay; days -= 1 }
+            let (year, month, day) = CivilDays.civil(fromDays: days)
+            let second = rest / 1_000_000, fraction = rest % 1_000_000
+            var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) "
+            text += "\(pad(second / 3600, 2)):\(pad(second / 60 % 60, 2)):\(pad(second % 60, 2))"
+            if fraction != 0 { text += "." + pad(fraction, 6) }
+            return text + "+00"
+        }
+        var generator = SystemRandomNumberGenerator()
+        var dates = [0.0, -1.5, 0.000_001, 59.999_999, 1_700_000_000.123456, -62_135_596_800, 253_402_300_799.5,
+                     253_402_300_799.999_999].map { Date(timeIntervalSince1970: $0) }
+        for _ in 0..<3000 {
+            let micros = Int64.random(in: -62_135_596_800_000_000...253_402_300_799_999_999, using: &generator)
+            dates.append(Date(timeIntervalSince1970: Double(micros) / 1e6))
+            dates.append(Date(timeIntervalSince1970: Double(micros / 1_000_000)))
+        }
+        for date in dates {
+            if let expected = reference(date) {
+                #expect(try PostgresDate.format(date) == expected, "\(date.timeIntervalSince1970)")
+            } else {
+                #expect(throws: PostgresClientError.self) { try PostgresDate.format(date) }
+            }
+        }
+        #expect(try PostgresDate.format(Date(timeIntervalSince1970: 0)) == "1970-01-01 00:00:00+00")
+        #expect(try PostgresDate.format(Date(timeIntervalSince1970: -62_135_596_800)) == "0001-01-01 00:00:00+00")
+    }
+
     @Test func sqlStateKeepsUnknownCodesAndMatchesByCodeAndClass() {
         let unknown = SQLState(rawValue: "XX999")
         #expect(unknown.name == nil)

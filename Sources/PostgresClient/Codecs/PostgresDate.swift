@@ -24,10 +24,37 @@ package enum PostgresDate {
         let (year, month, day) = CivilDays.civil(fromDays: days)
         let second = rest / 1_000_000
         let fraction = rest % 1_000_000
-        var text = "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) "
-        text += "\(pad(second / 3600, 2)):\(pad(second / 60 % 60, 2)):\(pad(second % 60, 2))"
-        if fraction != 0 { text += "." + pad(fraction, 6) }
-        return text + "+00"
+        // Every index into the digit table below is then at most 99.
+        guard (1...9999).contains(year), (1...12).contains(month), (1...31).contains(day) else {
+            throw PostgresClientError(.invalidParameter, "a date outside the years 1 to 9999 cannot be stored")
+        }
+        // `YYYY-MM-DD HH:MM:SS[.ffffff]+00`, at most 29 bytes, written in place two digits at a time: built from
+        // padded strings and interpolation it was 16 string appends per timestamp parameter (callgrind of
+        // `POST /v1/logs`).
+        return String(unsafeUninitializedCapacity: 29) { buffer in
+            guard buffer.count >= 29, let out = buffer.baseAddress else { return 0 }
+            let pairs = Timestamp.digitPairs.utf8Start
+            var at = 0
+            func two(_ value: Int64) {
+                let index = Int(truncatingIfNeeded: value) &* 2
+                out[at] = pairs[index]
+                out[at &+ 1] = pairs[index &+ 1]
+                at &+= 2
+            }
+            func byte(_ value: UInt8) {
+                out[at] = value
+                at &+= 1
+            }
+            two(year / 100); two(year % 100); byte(UInt8(ascii: "-")); two(month); byte(UInt8(ascii: "-")); two(day)
+            byte(UInt8(ascii: " "))
+            two(second / 3600); byte(UInt8(ascii: ":")); two(second / 60 % 60); byte(UInt8(ascii: ":")); two(second % 60)
+            if fraction != 0 {
+                byte(UInt8(ascii: "."))
+                two(fraction / 10_000); two(fraction / 100 % 100); two(fraction % 100)
+            }
+            byte(UInt8(ascii: "+")); byte(UInt8(ascii: "0")); byte(UInt8(ascii: "0"))
+            return at
+        }
     }
 
     /// Parses `YYYY-MM-DD[ HH:MM:SS[.ffffff]][±HH[:MM[:SS]]]`; a value without offset is taken as UTC.
@@ -106,10 +133,5 @@ package enum PostgresDate {
         }
         guard index == bytes.count, Date.representableMicroseconds.contains(micros) else { return nil }
         return Date(timeIntervalSince1970: Double(micros) / 1_000_000)
-    }
-
-    private static func pad(_ value: Int64, _ width: Int) -> String {
-        let digits = String(value)
-        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
     }
 }
