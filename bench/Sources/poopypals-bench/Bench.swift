@@ -1,7 +1,5 @@
 import ArgumentParser
 import Foundation
-import Logging
-import PostgresNIO
 import PoopyPalsData
 import PostgresClient
 
