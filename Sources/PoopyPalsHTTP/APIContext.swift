@@ -2,11 +2,11 @@ import Hummingbird
 import PoopyPalsData
 
 /// Per-request state: the request id (echoed in `X-Request-ID` and every log line), the calling device resolved
-/// once from `X-Device-ID` (`DeviceMiddleware`), and a 64 KiB body limit.
+/// once from `X-Device-ID` (`APIMiddleware`), and a 64 KiB body limit.
 public struct APIContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var requestID = ""
-    /// Set by `DeviceMiddleware` from `X-Device-ID`: the device, or why there is none.
+    /// Set by `APIMiddleware` from `X-Device-ID`: the device, or why there is none.
     var resolvedDevice: Result<DeviceID, AuthenticationError> = .failure(.missingDeviceID)
 
     public init(source: ApplicationRequestContextSource) {

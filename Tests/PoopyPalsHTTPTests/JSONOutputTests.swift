@@ -181,21 +181,21 @@ enum ReferenceJSON {
 @Suite("Request log fields")
 struct RequestLogFieldTests {
     @Test func durationsAreMillisecondsWithTwoDecimalsRoundedHalfUp() {
-        #expect(RequestLogMiddleware.milliseconds(.zero) == "0.00")
-        #expect(RequestLogMiddleware.milliseconds(.nanoseconds(4_999)) == "0.00")
-        #expect(RequestLogMiddleware.milliseconds(.nanoseconds(5_000)) == "0.01")
-        #expect(RequestLogMiddleware.milliseconds(.microseconds(90)) == "0.09")
-        #expect(RequestLogMiddleware.milliseconds(.microseconds(1_250)) == "1.25")
-        #expect(RequestLogMiddleware.milliseconds(.nanoseconds(1_999_995_000)) == "2000.00")
-        #expect(RequestLogMiddleware.milliseconds(.seconds(3)) == "3000.00")
-        #expect(RequestLogMiddleware.milliseconds(.seconds(-1)) == "0.00")
-        #expect(RequestLogMiddleware.milliseconds(.seconds(Int64.max)) == "\(Int64.max)000.00")
+        #expect(APIMiddleware.milliseconds(.zero) == "0.00")
+        #expect(APIMiddleware.milliseconds(.nanoseconds(4_999)) == "0.00")
+        #expect(APIMiddleware.milliseconds(.nanoseconds(5_000)) == "0.01")
+        #expect(APIMiddleware.milliseconds(.microseconds(90)) == "0.09")
+        #expect(APIMiddleware.milliseconds(.microseconds(1_250)) == "1.25")
+        #expect(APIMiddleware.milliseconds(.nanoseconds(1_999_995_000)) == "2000.00")
+        #expect(APIMiddleware.milliseconds(.seconds(3)) == "3000.00")
+        #expect(APIMiddleware.milliseconds(.seconds(-1)) == "0.00")
+        #expect(APIMiddleware.milliseconds(.seconds(Int64.max)) == "\(Int64.max)000.00")
         // Away from halves, what String(format: "%.2f") printed before.
         for _ in 0..<2000 {
             let nanoseconds = Int64.random(in: 0..<100_000_000_000)
             guard (nanoseconds % 10_000) != 5_000 else { continue }
             let expected = String(format: "%.2f", Double(nanoseconds) / 1e6)
-            #expect(RequestLogMiddleware.milliseconds(.nanoseconds(nanoseconds)) == expected, "\(nanoseconds) ns")
+            #expect(APIMiddleware.milliseconds(.nanoseconds(nanoseconds)) == expected, "\(nanoseconds) ns")
         }
     }
 

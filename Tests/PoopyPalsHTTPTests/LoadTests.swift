@@ -141,6 +141,64 @@ struct LoadTests {
         }
     }
 
+    /// The request timer is armed per request without being rescheduled each time (it moves a deadline): a
+    /// connection busy with requests for longer than the timeout is never cut off, and when it then stalls in a
+    /// request's headers the 408 comes one timeout after the last response, neither earlier nor much later.
+    @Test func aBusyConnectionOutlivesTheRequestTimeoutAndIsTimedOutWhenItStalls() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_REQUEST_TIMEOUT": "1s"])
+            defer { process.terminate() }
+            let port = try #require(Int(base.split(separator: ":").last ?? ""))
+            let (answered, failure, stalled, sinceLast) = await Self.blocking { () -> (Int, String?, String, Double) in
+                guard let fd = Self.connect(port: port) else { return (0, "no connection", "", 0) }
+                defer { close(fd) }
+                let began = ContinuousClock.now
+                var answered = 0
+                // 2.5 s of requests, one after another, on one connection (at most 2 000).
+                while ContinuousClock.now - began < .milliseconds(2500), answered < 2000 {
+                    let answer = Self.exchange(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    guard answer.hasPrefix("HTTP/1.1 200") else { return (answered, "request \(answered + 1): \(answer.prefix(120))", "", 0) }
+                    answered += 1
+                    usleep(20_000)
+                }
+                let lastResponse = ContinuousClock.now
+                usleep(300_000)
+                _ = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ".withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+                let stalled = Self.exchange(fd, "", waitingAtMost: 5)
+                let elapsed = ContinuousClock.now - lastResponse
+                return (answered, nil, stalled, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+            }
+            #expect(failure == nil, "\(failure ?? "")")
+            #expect(answered > 20, "only \(answered) requests in 2.5 s")
+            #expect(stalled.hasPrefix("HTTP/1.1 408"), "\(stalled.prefix(200))")
+            #expect(sinceLast >= 0.95, "408 after \(sinceLast) s: the timeout counts from the last response's end")
+            #expect(sinceLast < 3, "408 after \(sinceLast) s")
+        }
+    }
+
+    /// Sends `request`, then reads one response (its headers and `Content-Length` bytes of body) or what arrives
+    /// until the server closes or `seconds` pass.
+    static func exchange(_ fd: Int32, _ request: String, waitingAtMost seconds: Double = 5) -> String {
+        if !request.isEmpty { _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) } }
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) == 1 else { continue }
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            bytes += buffer[0..<count]
+            let text = String(decoding: bytes, as: UTF8.self)
+            guard let end = text.range(of: "\r\n\r\n") else { continue }
+            let length = text[..<end.lowerBound].split(separator: "\r\n")
+                .first { $0.lowercased().hasPrefix("content-length:") }
+                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+            if text[end.upperBound...].utf8.count >= length { return text }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// Sends `start`, then one space every 200 ms until the server closes or `limit` seconds pass; returns what
     /// the server sent and when it closed.
     static func trickle(port: Int, start: String, for limit: Double) -> (String, Double) {

@@ -46,7 +46,7 @@ struct JSONBody {
     }
 
     private static func duplicate(_ key: String) -> APIError {
-        APIError(.badRequest, "invalid_json", "the key \(StrictQueryMiddleware.quoted(key)) appears more than once in one object")
+        APIError(.badRequest, "invalid_json", "the key \(StrictQuery.quoted(key)) appears more than once in one object")
     }
 
     /// `application/json` or a `+json` type, any parameters (`; charset=utf-8`), any case: the media type is the

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Prometheus
 
@@ -52,7 +53,16 @@ final class RequestMetrics: Sendable {
         MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
     }
 
-    /// One answered request.
+    static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+    /// A request's method as a label: known methods only (a client may send any token as a method, and every
+    /// label value is a series).
+    static func methodLabel(_ method: HTTPRequest.Method) -> String {
+        methods.contains(method.rawValue) ? method.rawValue : "other"
+    }
+
+    /// One answered request (`APIMiddleware` counts every request of the API listener when its response is ready
+    /// or its error thrown: Hummingbird keeps the hook after the body's last byte to its own package).
     func record(method: String, route: String, status: Int, duration: Duration) {
         let key = Key(method: method, route: route, status: status)
         let found = lock.withLock { series[key] } ?? makeSeries(key)

@@ -35,11 +35,8 @@ func buildApplication(
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)
     let router = Router(context: APIContext.self)
-    router.middlewares.add(RequestLogMiddleware(logger: logger, tokensCommits: pools.reads != nil))
-    router.middlewares.add(RequestMetricsMiddleware(metrics: RequestMetrics(registry: registry)))
-    router.middlewares.add(ErrorMiddleware(routes: RouteTable(templates)))
-    router.middlewares.add(StrictQueryMiddleware())
-    router.middlewares.add(DeviceMiddleware())
+    router.middlewares.add(APIMiddleware(logger: logger, tokensCommits: pools.reads != nil, metrics: RequestMetrics(registry: registry),
+                                         errors: ErrorMiddleware(routes: RouteTable(templates))))
     routes.register(on: router)
 
     // /metrics on a listener of its own (loopback by default): pool sizes and request counts are not for the public.

@@ -29,7 +29,13 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
     static let maxFieldCount = 100
 
     private let requestTimeout: TimeAmount
+    /// At most one scheduled task, firing at or before `deadline`. Arming moves the deadline and leaves a
+    /// scheduled task in place (it schedules itself again for the later deadline when it fires): a timer
+    /// scheduled and cancelled twice per request cost 5 % of a `/healthz` request's instructions.
     private var timer: Scheduled<Void>?
+    /// What expires at `deadline`; nil when nothing does (a request is being answered).
+    private var armed: Phase?
+    private var deadline = NIODeadline.distantFuture
     /// Bytes arrived since the last response ended (`ByteWatch`, at the front of the pipeline).
     private let watch = ByteWatch()
     /// The current request's response has begun.
@@ -57,8 +63,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        stopTimer()
         context.fireChannelInactive()
     }
 
@@ -71,8 +76,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
             arm(.body, context: context)
         case .end:
             readingBody = false
-            timer?.cancel()
-            timer = nil
+            armed = nil
         case .body: break
         }
         context.fireChannelRead(data)
@@ -105,13 +109,32 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
     private enum Phase { case headers, body }
 
     private func arm(_ phase: Phase, context: ChannelHandlerContext) {
-        timer?.cancel()
+        armed = phase
+        deadline = .now() + requestTimeout
+        // A scheduled task fires no later than this deadline (the timeout is constant, the clock monotonic).
+        if timer == nil { schedule(context: context) }
+    }
+
+    private func schedule(context: ChannelHandlerContext) {
         let loop = context.eventLoop.assumeIsolated()
-        timer = loop.scheduleTask(in: requestTimeout) { [self] in expire(phase, context: context) }
+        timer = loop.scheduleTask(deadline: deadline) { [self] in fire(context: context) }
+    }
+
+    private func fire(context: ChannelHandlerContext) {
+        timer = nil
+        guard let phase = armed else { return }
+        guard deadline <= .now() else { return schedule(context: context) }
+        armed = nil
+        expire(phase, context: context)
+    }
+
+    private func stopTimer() {
+        timer?.cancel()
+        timer = nil
+        armed = nil
     }
 
     private func expire(_ phase: Phase, context: ChannelHandlerContext) {
-        timer = nil
         let seconds = requestTimeout.nanoseconds / 1_000_000_000
         switch phase {
         case .headers:
@@ -154,8 +177,7 @@ final class ParserErrorResponder: ChannelDuplexHandler, RemovableChannelHandler 
 
     private func respond(context: ChannelHandlerContext, _ answer: APIError) {
         guard !answered else { return }
-        timer?.cancel()
-        timer = nil
+        stopTimer()
         let body = context.channel.allocator.buffer(bytes: answer.body())
         var head = HTTPResponse(status: answer.status)
         head.headerFields[.contentType] = "application/json; charset=utf-8"
