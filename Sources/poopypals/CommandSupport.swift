@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import PoopyPalsHTTP
 import PoopyPalsData
 import PostgresClient
 import Values
@@ -89,7 +90,7 @@ private let logging: Void = {
     // for lines that are written.
     let requestID = Logger.MetadataProvider { RequestTrace.id.map { ["request_id": "\($0)"] } ?? [:] }
     LoggingSystem.bootstrap({ label, provider in
-        var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+        var handler = DeferredMetadataLogHandler(StreamLogHandler.standardError(label: label, metadataProvider: provider))
         handler.logLevel = level
         return handler
     }, metadataProvider: requestID)

@@ -139,6 +139,42 @@ struct ValueTests {
         }
     }
 
+    /// The driver asks libpq whether a value is NULL only when its length is 0: an empty value is still a value,
+    /// in text and in binary results.
+    @Test func emptyValuesAreNotNullAndNullsAreNotEmpty() async throws {
+        try await TestDatabase.with { db in
+            let rows = try await db.withConnection { conn -> [[String?]] in
+                let sql: PostgresQuery = "SELECT ''::text AS empty, NULL::text AS absent, 'x'::text AS one, ''::bytea::text AS bytes"
+                return try [conn.query(sql), conn.query(sql.withBinaryResults())].map { result in
+                    try (0..<4).map { try result[0].decode($0, as: String?.self) }
+                }
+            }
+            #expect(rows == [["", nil, "x", "\\x"], ["", nil, "x", "\\x"]])
+        }
+    }
+
+    /// Errors for what a result does not have say what was asked: a column out of range by number, a row out of
+    /// range by the column's name and type, a name that is not there by that name.
+    @Test func outOfRangeColumnsRowsAndNamesAreErrorsSayingWhatWasAsked() async throws {
+        try await TestDatabase.with { db in
+            let errors = try await db.withConnection { conn -> [PostgresDecodingError?] in
+                let result = try conn.query("SELECT 7::int4 AS seven")
+                func caught(_ work: () throws -> Int) -> PostgresDecodingError? {
+                    do { _ = try work(); return nil } catch { return error as? PostgresDecodingError }
+                }
+                return [caught { try result[0].decode(1) }, caught { try result[0].decode(-1) },
+                        caught { try result[1].decode(0) }, caught { try result[0].decode("eight") },
+                        caught { try result[0].decode("seven") }]
+            }
+            #expect(errors.count == 5)
+            #expect(errors[0].map { [$0.column, $0.expected, $0.actualType, $0.reason] } == ["#1", "Int", "none", "no such column"])
+            #expect(errors[1].map { [$0.column, $0.expected, $0.actualType, $0.reason] } == ["#-1", "Int", "none", "no such column"])
+            #expect(errors[2].map { [$0.column, $0.expected, $0.actualType, $0.reason] } == ["seven", "Int", "int4", "no such row"])
+            #expect(errors[3].map { [$0.column, $0.expected, $0.actualType, $0.reason] } == ["eight", "Int", "none", "no such column in the result"])
+            #expect(errors[4] == nil)
+        }
+    }
+
     @Test func decimalThatWouldLosePrecisionIsRefusedNotRounded() async throws {
         try await TestDatabase.with { db in
             try await db.withConnection { conn in

@@ -34,13 +34,12 @@ struct LogsController: Sendable {
 
     @Sendable func list(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
-        let query = request.uri.queryParameters
         var limit = 50
-        if let text = query.get("limit") {
+        if let text = StrictQuery.value("limit", in: request.uri) {
             guard let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
             limit = value
         }
-        let page = try await logs.list(before: query.get("before"), limit: limit, as: device, consistency: try request.consistencyToken())
+        let page = try await logs.list(before: StrictQuery.value("before", in: request.uri), limit: limit, as: device, consistency: try request.consistencyToken())
         return try JSONResponse.make(.ok, writing: LogPageBody(items: page.items.map(LogBody.init), nextCursor: page.nextCursor))
     }
 

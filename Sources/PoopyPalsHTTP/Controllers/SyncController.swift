@@ -16,13 +16,12 @@ struct SyncController: Sendable {
 
     @Sendable func pull(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
-        let query = request.uri.queryParameters
         var limit = 100
-        if let text = query.get("limit") {
+        if let text = StrictQuery.value("limit", in: request.uri) {
             guard text.count <= 4, let value = Int(text) else { throw APIError.invalid("limit", "must be an integer") }
             limit = value
         }
-        let page = try await sync.pull(cursor: query.get("cursor"), limit: limit, as: device,
+        let page = try await sync.pull(cursor: StrictQuery.value("cursor", in: request.uri), limit: limit, as: device,
                                        consistency: try request.consistencyToken())
         return try JSONResponse.make(.ok, writing: SyncPageBody(page))
     }

@@ -114,10 +114,12 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         }
         do {
             guard row >= 0, row < endIndex else { throw PostgresDecodingFailure("no such row") }
-            if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return try T.decodeNull() }
+            let (row32, column32) = (Int32(truncatingIfNeeded: row), Int32(truncatingIfNeeded: column))  // both checked above
+            // A NULL has length 0: only an empty value is asked whether it is one (a call fewer for nearly every value).
+            let length = Swift.max(0, Int(PQgetlength(handle, row32, column32)))
+            if length == 0, PQgetisnull(handle, row32, column32) == 1 { return try T.decodeNull() }
             // Read from libpq's bytes: UUIDs, timestamps and integers make no String on the way.
-            guard let value = PQgetvalue(handle, Int32(row), Int32(column)) else { throw PostgresDecodingFailure("no such row") }
-            let length = Swift.max(0, Int(PQgetlength(handle, Int32(row), Int32(column))))
+            guard let value = PQgetvalue(handle, row32, column32) else { throw PostgresDecodingFailure("no such row") }
             // No closure: libpq's `char *` read as bytes where it is.
             let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length)
             return binary[column] ? try T.decode(postgresBinary: bytes, type: types[column])
