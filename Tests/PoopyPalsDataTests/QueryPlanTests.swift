@@ -3,6 +3,7 @@ import Foundation
 import PostgresClient
 import Testing
 import TestSupport
+import Values
 
 /// What PostgreSQL does with the page queries once a device has a long history: the plan, not the answer (the
 /// answers are covered beside the repositories). Both defects here were found by the benchmark's scaling table.
@@ -163,15 +164,26 @@ struct QueryPlanTests {
         }
     }
 
-    @Test func pageFetchSizesCoverEveryPageSizeWithSixStatements() {
+    @Test func pageFetchSizesCoverEveryPageSizeWithSixStatements() throws {
         var used = Set<Int>()
+        var statements = Set<String>()
+        let device = try DeviceID(UUID())
+        let cursor = LogCursor(occurredAt: Date(timeIntervalSince1970: 1_800_000_000), id: UUID())
         for rows in 1...501 {
             let fetch = PageFetch.rows(atLeast: rows)
             #expect(fetch >= rows && fetch < rows * 11 + 1)
-            #expect(PageFetch.literal(atLeast: rows).allSatisfy(\.isASCII) && Int(PageFetch.literal(atLeast: rows)) == fetch)
             used.insert(fetch)
+            // The statements made once per size are those made for the size: its literal LIMIT, values bound.
+            let first = PoopLogRepository.listQuery(of: device, after: nil, fetch: rows)
+            let after = PoopLogRepository.listQuery(of: device, after: cursor, fetch: rows)
+            let pull = SyncRepository.pullQuery(of: device, after: 7, fetch: rows)
+            #expect(first.sql.hasSuffix("LIMIT \(fetch)") && first.binds.count == 1 && first.binaryResults)
+            #expect(after.sql.hasSuffix("LIMIT \(fetch)") && after.binds.count == 3 && after.binaryResults)
+            #expect(pull.sql.contains("ORDER BY 2 LIMIT \(fetch)\n") && pull.binds == [UUIDText.lowercase(device.key), "7"] && pull.binaryResults)
+            statements.formUnion([first.sql, after.sql, pull.sql])
         }
         #expect(used.count == 6)
+        #expect(statements.count == 18)
         // Every page size the repositories accept (plus the one row that tells whether more follow) has its size.
         #expect(PageFetch.sizes.last ?? 0 >= PoopLogRepository.pageSizes.upperBound + 1)
         #expect(PageFetch.sizes.last ?? 0 >= SyncRepository.pageSizes.upperBound + 1)

@@ -13,9 +13,4 @@ enum PageFetch {
     static func rows(atLeast rows: Int) -> Int {
         sizes.first { $0 >= rows } ?? rows
     }
-
-    /// `rows(atLeast:)` as SQL text: digits only, never input.
-    static func literal(atLeast rows: Int) -> String {
-        String(self.rows(atLeast: rows))
-    }
 }
