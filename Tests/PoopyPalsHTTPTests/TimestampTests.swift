@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import PoopyPalsHTTP
 import Testing
 import Values
@@ -37,6 +40,103 @@ struct TimestampTests {
             let date = Date(timeIntervalSince1970: seconds)
             #expect(try Timestamp.format(date) == style.format(date))
         }
+    }
+
+    /// The parser as it was, with `timegm` and a Character per separator: the reference the byte reader is
+    /// compared with.
+    static func reference(_ text: String) -> Date? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, bytes.count <= 40 else { return nil }
+        var index = 0
+        func number(_ count: Int) -> Int? {
+            guard index + count <= bytes.count else { return nil }
+            var value = 0
+            for _ in 0..<count {
+                guard (48...57).contains(bytes[index]) else { return nil }
+                value = value * 10 + Int(bytes[index] - 48)
+                index += 1
+            }
+            return value
+        }
+        func expect(_ character: UInt8) -> Bool {
+            guard index < bytes.count, bytes[index] == character else { return false }
+            index += 1
+            return true
+        }
+        guard let year = number(4), expect(45), let month = number(2), expect(45), let day = number(2),
+              expect(84) || expect(116), let hour = number(2), expect(58), let minute = number(2), expect(58),
+              let second = number(2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        else { return nil }
+        var fraction = 0.0
+        if expect(46) {
+            var scale = 0.1
+            let start = index
+            while index < bytes.count, (48...57).contains(bytes[index]), index - start < 9 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+            guard index > start else { return nil }
+        }
+        var offset = 0
+        if expect(90) || expect(122) {
+        } else if index < bytes.count, bytes[index] == 43 || bytes[index] == 45 {
+            let sign = bytes[index] == 43 ? 1 : -1
+            index += 1
+            guard let hours = number(2), expect(58), let minutes = number(2), hours < 24, minutes < 60 else { return nil }
+            offset = sign * (hours * 3600 + minutes * 60)
+        } else {
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        var parts = tm()
+        parts.tm_year = Int32(year - 1900)
+        parts.tm_mon = Int32(month - 1)
+        parts.tm_mday = Int32(day)
+        parts.tm_hour = Int32(hour)
+        parts.tm_min = Int32(minute)
+        parts.tm_sec = Int32(second)
+        let seconds = timegm(&parts)
+        guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
+        return Date(timeIntervalSince1970: Double(seconds - offset) + fraction)
+    }
+
+    /// 60 000 generated texts, most of them nearly valid (every field at and past its bounds, leap days, second
+    /// 60 at the end of a day, month and year, fractions of 0 to 12 digits, zones and junk): read as the
+    /// reference reads them, to the same `Date`.
+    @Test func theByteReaderReadsAsTheReferenceDoes() {
+        var generator = SystemRandomNumberGenerator()
+        func pick(_ options: [String]) -> String { options.randomElement(using: &generator) ?? "" }
+        func digits(_ range: ClosedRange<Int>, width: Int) -> String {
+            let value = Int.random(in: range, using: &generator)
+            return String(repeating: "0", count: max(0, width - String(value).count)) + String(value)
+        }
+        var texts = ["2024-02-29T23:59:60Z", "2023-02-29T00:00:00Z", "2026-12-31T23:59:60Z", "2026-06-30T23:59:60+01:00",
+                     "0000-01-01T00:00:00Z", "0000-02-29T12:00:00Z", "9999-12-31T23:59:60Z", "1900-02-29T00:00:00Z",
+                     "2026-11-21T10:00:00.123456789Z", "2026-11-21T10:00:00.1234567891Z", "2026-11-21T10:00:00.Z"]
+        for _ in 0..<60_000 {
+            let year = pick([digits(0...9999, width: 4), "1969", "1970", "2000", "2024", "0000", "9999", "1582", "12a4"])
+            let month = pick([digits(0...13, width: 2), "02", "12", "1"])
+            let day = pick([digits(0...32, width: 2), "28", "29", "30", "31"])
+            let hour = pick([digits(0...24, width: 2), "23"]), minute = pick([digits(0...60, width: 2), "59"])
+            let second = pick([digits(0...61, width: 2), "59", "60"])
+            let fraction = pick(["", "", ".", "." + digits(0...9, width: 1), "." + digits(0...999_999, width: 6),
+                                 "." + digits(0...999_999_999, width: 9) + digits(0...999, width: 3)])
+            let zone = pick(["Z", "Z", "z", "+" + digits(0...24, width: 2) + ":" + digits(0...60, width: 2),
+                             "-" + digits(0...24, width: 2) + ":" + digits(0...60, width: 2), "", "+05", "Zjunk", "+05:30x"])
+            var text = year + pick(["-", "-", "-", "/"]) + month + "-" + day + pick(["T", "T", "t", " "]) + hour + ":" + minute
+                + pick([":", ":", ":", "."]) + second + fraction + zone
+            if Int.random(in: 0..<20, using: &generator) == 0 { text = String(text.dropLast(Int.random(in: 1...5, using: &generator))) }
+            texts.append(text)
+        }
+        var accepted = 0
+        for text in texts {
+            let expected = Self.reference(text)
+            #expect(Timestamp.parse(text) == expected, "\(text)")
+            if expected != nil { accepted += 1 }
+        }
+        print("timestamps: \(accepted) of \(texts.count) accepted")
+        #expect(accepted > 2_000 && accepted < texts.count - 2_000, "\(accepted) of \(texts.count) accepted")
     }
 
     @Test func offsetsAndFractionsAreReadAndBadInputIsRefused() {

@@ -46,6 +46,9 @@ struct LogBody: Encodable {
 }
 
 extension LogBody: JSONWritable {
+    /// The bounded parts' 231 bytes at most, and the notes with a few escapes.
+    var sizeHint: Int { 240 + (notes?.utf8.count ?? 0) }
+
     /// Keys in sorted order, as the encoder's `.sortedKeys` puts them; `notes` is `null` when absent. The parts
     /// around `notes` are of bounded size: each is written on the stack and appended once.
     func write(to output: inout JSONOutput) throws {

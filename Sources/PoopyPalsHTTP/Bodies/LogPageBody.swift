@@ -15,6 +15,8 @@ struct LogPageBody: Encodable {
 }
 
 extension LogPageBody: JSONWritable {
+    var sizeHint: Int { 32 + items.sizeHint + (nextCursor?.utf8.count ?? 4) }
+
     func write(to output: inout JSONOutput) throws {
         output.raw(#"{"items":"#)
         try items.write(to: &output)

@@ -15,6 +15,8 @@ struct SyncPageBody: Encodable, JSONWritable {
 
         enum CodingKeys: String, CodingKey { case op, log, id }
 
+        var sizeHint: Int { 64 + (log?.sizeHint ?? 0) }
+
         /// Sorted keys: `id` (a delete) or `log` (an upsert), then `op`.
         func write(to output: inout JSONOutput) throws {
             var first = true
@@ -41,6 +43,8 @@ struct SyncPageBody: Encodable, JSONWritable {
         cursor = page.cursor
         hasMore = page.hasMore
     }
+
+    var sizeHint: Int { 64 + changes.sizeHint + cursor.utf8.count }
 
     func write(to output: inout JSONOutput) throws {
         output.raw(#"{"changes":"#)

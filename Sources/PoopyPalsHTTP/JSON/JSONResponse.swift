@@ -10,7 +10,7 @@ enum JSONResponse {
 
     /// The body's bytes, written by the value itself.
     static func encode(writing value: some JSONWritable) throws -> [UInt8] {
-        var output = JSONOutput()
+        var output = JSONOutput(capacity: value.sizeHint)
         try value.write(to: &output)
         return output.bytes
     }

@@ -287,6 +287,7 @@ public final class Connection {
 
         // Read: each statement's results end with a NULL; the batch ends with PIPELINE_SYNC.
         var results: [Result<QueryResult, any Error>] = []
+        results.reserveCapacity(queries.count)
         var prepared: [(sql: String, name: String, persists: Bool)] = []
         for (index, query) in queries.enumerated() {
             var failure: (any Error)?

