@@ -38,7 +38,7 @@ extension Request {
     /// The `Consistency-Token` a read sent back (a write's answer), so that it is served no older than that write.
     /// - Throws: `InvalidField` (400) for a value this service did not make.
     func consistencyToken() throws -> ConsistencyToken? {
-        guard let value = headers[.consistencyToken] else { return nil }
+        guard let value = headers.value(of: .consistencyToken) else { return nil }
         return try ConsistencyToken(encoded: value)
     }
 }

@@ -22,7 +22,7 @@ struct JSONBody {
             throw APIError(.badRequest, "incomplete_body", "the body ended before its Content-Length")
         }
         guard buffer.readableBytes > 0 else { return JSONBody(object: [:]) }
-        guard isJSON(request.headers[.contentType]) else {
+        guard isJSON(request.headers.value(of: .contentType)) else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "the body must be sent as Content-Type: application/json")
         }
         let value: JSONValue

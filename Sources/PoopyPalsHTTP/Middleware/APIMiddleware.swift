@@ -27,11 +27,11 @@ struct APIMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
-        let id = Self.sane(request.headers[.requestID]) ?? UUIDText.lowercase(UUIDText.random())
+        let id = Self.sane(request.headers.value(of: .requestID)) ?? UUIDText.lowercase(UUIDText.random())
         // Handlers' log lines name it themselves: setting it on the context's logger re-rendered the logger's
         // metadata on every request (3 % of the server's CPU listing logs).
         context.requestID = id
-        if let header = request.headers[.deviceID] {
+        if let header = request.headers.value(of: .deviceID) {
             context.resolvedDevice = Result { () throws(AuthenticationError) in try DeviceID(validating: header) }
         }
         let started = ContinuousClock.now
