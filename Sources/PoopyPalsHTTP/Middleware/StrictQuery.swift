@@ -36,28 +36,20 @@ enum StrictQuery {
     }
 
     /// True when every parameter of `query` is named in `allowed` and none comes twice, read as Hummingbird's
-    /// `URI.queryParameters` reads a query: split at every `&` (an empty part between two is a parameter named
-    /// `""`, a trailing `&` adds none), each name up to its part's first `=`, names not percent-decoded. Names are
-    /// compared byte for byte (ours are lowercase ASCII: no other bytes are canonically equal to them).
+    /// `URI.queryParameters` reads a query (`forEachParameter`). Names are compared byte for byte (ours are
+    /// lowercase ASCII: no other bytes are canonically equal to them).
     static func acceptsAll(_ query: String, allowed: [String]) -> Bool {
         guard allowed.count <= 64 else { return false }
         var query = query
-        return query.withUTF8 { bytes -> Bool in
-            var seen: UInt64 = 0
-            var start = 0
-            while start < bytes.count {
-                var end = start
-                while end < bytes.count, bytes[end] != UInt8(ascii: "&") { end += 1 }
-                var nameEnd = start
-                while nameEnd < end, bytes[nameEnd] != UInt8(ascii: "=") { nameEnd += 1 }
-                let name = UnsafeBufferPointer(rebasing: bytes[start..<nameEnd])
+        var seen: UInt64 = 0
+        return query.withUTF8 { bytes in
+            forEachParameter(in: bytes) { name, _ in
                 guard let index = allowed.firstIndex(where: { $0.utf8.elementsEqual(name) }) else { return false }
                 let bit: UInt64 = 1 << UInt64(index)
                 guard seen & bit == 0 else { return false }
                 seen |= bit
-                start = end + 1
+                return true
             }
-            return true
         }
     }
 
@@ -65,31 +57,44 @@ enum StrictQuery {
     /// query's bytes when the value has nothing to decode (ASCII, no `%` or `+`). For a query `check` passed:
     /// each name at most once.
     static func value(_ name: String, in uri: URI) -> String? {
-        guard let query = uri.query else { return nil }
+        guard var query = uri.query else { return nil }
         enum Found { case absent, plain(String), decode }
-        var copy = query
-        let found = copy.withUTF8 { bytes -> Found in
-            var start = 0
-            while start < bytes.count {
-                var end = start
-                while end < bytes.count, bytes[end] != UInt8(ascii: "&") { end += 1 }
-                var nameEnd = start
-                while nameEnd < end, bytes[nameEnd] != UInt8(ascii: "=") { nameEnd += 1 }
-                if name.utf8.elementsEqual(UnsafeBufferPointer(rebasing: bytes[start..<nameEnd])) {
-                    let valueStart = Swift.min(nameEnd + 1, end)
-                    let value = UnsafeBufferPointer(rebasing: bytes[valueStart..<end])
-                    guard value.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "+") }) else { return .decode }
-                    return .plain(String(decoding: value, as: UTF8.self))
-                }
-                start = end + 1
+        var found = Found.absent
+        _ = query.withUTF8 { bytes in
+            forEachParameter(in: bytes) { parameter, value in
+                guard name.utf8.elementsEqual(parameter) else { return true }
+                let plain = value.allSatisfy { $0 < 0x80 && $0 != UInt8(ascii: "%") && $0 != UInt8(ascii: "+") }
+                found = plain ? .plain(String(decoding: value, as: UTF8.self)) : .decode
+                return false
             }
-            return .absent
         }
         switch found {
         case .absent: return nil
         case .plain(let value): return value
         case .decode: return uri.queryParameters.get(name)
         }
+    }
+
+    /// Calls `body` with each parameter's name and value bytes, split as Hummingbird's `URI.queryParameters`
+    /// splits a query: at every `&` (an empty part between two is a parameter named `""`, a trailing `&` adds
+    /// none), each name up to its part's first `=` (none: the part is the name, the value empty), nothing
+    /// percent-decoded. Stops when `body` answers false, and answers false then.
+    private static func forEachParameter(
+        in bytes: UnsafeBufferPointer<UInt8>,
+        _ body: (_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>) -> Bool
+    ) -> Bool {
+        var start = 0
+        while start < bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: "&") { end += 1 }
+            var nameEnd = start
+            while nameEnd < end, bytes[nameEnd] != UInt8(ascii: "=") { nameEnd += 1 }
+            let valueStart = Swift.min(nameEnd + 1, end)
+            guard body(UnsafeBufferPointer(rebasing: bytes[start..<nameEnd]), UnsafeBufferPointer(rebasing: bytes[valueStart..<end]))
+            else { return false }
+            start = end + 1
+        }
+        return true
     }
 
     /// A client-sent name in a message: at most 40 characters of letters, digits and `_-.`.
