@@ -14,7 +14,8 @@ public struct APIContext: RequestContext {
     }
 
     /// Bodies over 64 KiB are refused with 413.
-    public var maxUploadSize: Int { 64 * 1024 }
+    public var maxUploadSize: Int { Self.maxUploadSize }
+    static let maxUploadSize = 64 * 1024
 
     /// The calling device.
     /// - Throws: `AuthenticationError` (401) when `X-Device-ID` is missing or not a device id.

@@ -49,17 +49,15 @@ func buildApplication(
         onServerRunning: { channel in await onMetricsListening(channel.localAddress?.port ?? configuration.metricsPort) },
         logger: logger)
     Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
-    let http1 = HTTP1Channel.Configuration(
-        additionalChannelHandlers: [ParserErrorResponder(requestTimeout: TimeAmount(configuration.requestTimeout))],
-        idleTimeout: TimeAmount(configuration.idleTimeout),
-        httpDecoderConfiguration: .init(maxHeaderFieldSize: ParserErrorResponder.maxFieldSize,
-                                        maxHeaderListSize: ParserErrorResponder.maxHeaderSize,
-                                        maxHeaderFieldCount: ParserErrorResponder.maxFieldCount))
-    let executor = pools.requests.taskExecutor()
+    // Our own request path (APIChildChannel); Hummingbird's responder closure, which writes through
+    // NIOAsyncChannel, is not used.
+    let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger,
+                                 maxBodySize: APIContext.maxUploadSize)
+    let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = configuration.idleTimeout
     return Application(
         router: router,
-        server: HTTPServerBuilder { responder in
-            ExecutorChildChannel(base: HTTP1Channel(responder: responder, configuration: http1), executor: executor)
+        server: HTTPServerBuilder { _ in
+            APIChildChannel(requests: requests, requestTimeout: requestTimeout, idleTimeout: idleTimeout)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),

@@ -1,0 +1,42 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+
+/// Answers one request off the event loop: a task that prefers the request pool's threads (the handler and its
+/// database call then share one thread) runs the router, then writes the response through `ResponseStream`.
+struct RequestRunner: Sendable {
+    let responder: RouterResponder<APIContext>
+    let executor: any TaskExecutor
+    let logger: Logger
+    /// A body longer than this is handed to the router as soon as it is (its collect fails: 413), not read whole.
+    let maxBodySize: Int
+    let dates = HTTPDate()
+
+    /// Starts answering `request`; `handler` hears on its event loop when the response is written or has failed.
+    func start(_ request: Request, channel: any Channel, handler: NIOLoopBound<RequestHandler>) {
+        Task(executorPreference: executor) {
+            let context = APIContext(source: .init(channel: channel, logger: logger))
+            var response: Response
+            do {
+                response = try await responder.respond(to: request, context: context)
+            } catch {
+                // APIMiddleware answers every error; this is Hummingbird's own last resort, kept.
+                logger.debug("unanswered error", metadata: ["error.type": "\(type(of: error))"])
+                response = Response(status: .internalServerError)
+            }
+            response.headers[.date] = dates.now()
+            let stream = ResponseStream(head: response.head, channel: channel, handler: handler)
+            do {
+                try await response.body.write(ResponseStream.Writer(stream: stream))
+                stream.finish(nil)  // nothing when the body finished itself
+            } catch {
+                // A streamed body that failed part way (an export): the client must not take it for complete.
+                logger.debug("response body failed", metadata: ["error.type": "\(type(of: error))"])
+                stream.abort()
+            }
+        }
+    }
+}
