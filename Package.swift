@@ -106,6 +106,10 @@ let package = Package(
             dependencies: [
                 "PoopyPalsHTTP", "PoopyPalsData", "PostgresClient", "Values", "TestSupport", "poopypals",
                 .product(name: "Crypto", package: "swift-crypto"),
+                // The reference the response encoder is compared with: NIO's own, in an embedded channel.
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "Yams", package: "Yams"),
             ]
         ),

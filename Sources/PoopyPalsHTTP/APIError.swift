@@ -32,7 +32,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
         }
     }
 
-    /// The JSON body, also written by `ParserErrorResponder` below the router.
+    /// The JSON body, also written by `APIConnection` below the router.
     func body() -> [UInt8] {
         var output = JSONOutput(capacity: 96 + message.utf8.count)
         Body(error: .init(code: code, message: message)).write(to: &output)

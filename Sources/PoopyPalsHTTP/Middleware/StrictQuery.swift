@@ -10,7 +10,7 @@ enum StrictQuery {
     /// The same names, for the check on the query's bytes (`acceptsAll`).
     static let parameterNames: [String: [String]] = parameters.mapValues { $0.map(String.init) }
 
-    /// Longer request targets are 414 (the parser refuses beyond `ParserErrorResponder.maxFieldSize`, 431).
+    /// Longer request targets are 414 (the parser refuses beyond `ParserErrors.maxFieldSize`, 431).
     static let maxTargetLength = 8 * 1024
 
     /// - Throws: `APIError` 414 for a target over `maxTargetLength`, 400 for a repeated or unknown parameter.

@@ -53,7 +53,7 @@ func buildApplication(
     // NIOAsyncChannel, is not used.
     let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger,
                                  maxBodySize: APIContext.maxUploadSize)
-    let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = configuration.idleTimeout
+    let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
     return Application(
         router: router,
         server: HTTPServerBuilder { _ in

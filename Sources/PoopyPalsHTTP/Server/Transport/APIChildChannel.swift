@@ -3,17 +3,16 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
-import NIOHTTPTypesHTTP1
 
-/// The API listener's connections: NIO's HTTP/1 codec, the API's own parser-error and timeout handling
-/// (`ParserErrorResponder`), Hummingbird's idle and quiesce handling (`HTTPConnectionStateHandler`), and then
-/// `RequestHandler`, which hands each whole request to the router on the request pool's threads and writes the
-/// response from there.
+/// The API listener's connections: NIO's HTTP/1 parser, then `APIConnection`, which does the rest (reads each
+/// request whole, hands it to the router on the request pool's threads, encodes the response, times requests
+/// out, closes idle connections and drains on graceful shutdown).
 ///
-/// Hummingbird's `HTTP1Channel` reads and writes through `NIOAsyncChannel` instead: its inbound stream and
-/// outbound writer, their state machines and the generic metadata they look up at run time cost about a third of
-/// a `/healthz` request's instructions. `Application` still owns the listener, the services and graceful
-/// shutdown; the responder closure it hands `HTTPServerBuilder` is not used (it writes through that writer).
+/// Hummingbird's `HTTP1Channel` reads and writes through `NIOAsyncChannel` instead, behind four more handlers: the
+/// async channel's stream and writer, their state machines, the generic metadata they look up at run time and a
+/// dynamically cast `NIOAny` per part and handler cost about a third of a `/healthz` request's instructions.
+/// `Application` still owns the listener, the services and graceful shutdown; the responder closure it hands
+/// `HTTPServerBuilder` is not used (it writes through that writer).
 struct APIChildChannel: ServerChildChannel {
     struct Value: ServerChildChannelValue {
         let channel: any Channel
@@ -21,22 +20,20 @@ struct APIChildChannel: ServerChildChannel {
 
     let requests: RequestRunner
     let requestTimeout: TimeAmount
-    let idleTimeout: Duration?
+    let idleTimeout: TimeAmount?
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             var limits = NIOHTTPDecoderLimitConfiguration()
-            limits.maxHeaderFieldSize = ParserErrorResponder.maxFieldSize
-            limits.maxHeaderListSize = ParserErrorResponder.maxHeaderSize
-            limits.maxHeaderFieldCount = ParserErrorResponder.maxFieldCount
-            let pipeline = channel.pipeline.syncOperations
-            try pipeline.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false,
-                                                     withOutboundHeaderValidation: false, withEncoderConfiguration: .init(),
-                                                     withDecoderLimitConfiguration: limits)
-            try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
-            try pipeline.addHandler(ParserErrorResponder(requestTimeout: requestTimeout))
-            try pipeline.addHandler(HTTPConnectionStateHandler(idleTimeout: idleTimeout, logger: logger))
-            try pipeline.addHandler(RequestHandler(requests: requests))
+            limits.maxHeaderFieldSize = ParserErrors.maxFieldSize
+            limits.maxHeaderListSize = ParserErrors.maxHeaderSize
+            limits.maxHeaderFieldCount = ParserErrors.maxFieldCount
+            let watch = ByteWatch()
+            try channel.pipeline.syncOperations.addHandlers([
+                watch,
+                ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes, limitConfiguration: limits)),
+                APIConnection(requests: requests, requestTimeout: requestTimeout, idleTimeout: idleTimeout, watch: watch),
+            ])
             return Value(channel: channel)
         }
     }

@@ -15,8 +15,8 @@ struct RequestRunner: Sendable {
     let maxBodySize: Int
     let dates = HTTPDate()
 
-    /// Starts answering `request`; `handler` hears on its event loop when the response is written or has failed.
-    func start(_ request: Request, channel: any Channel, handler: NIOLoopBound<RequestHandler>) {
+    /// Starts answering `request`; `connection` is given the response on its event loop.
+    func start(_ request: Request, channel: any Channel, connection: NIOLoopBound<APIConnection>) {
         Task(executorPreference: executor) {
             let context = APIContext(source: .init(channel: channel, logger: logger))
             var response: Response
@@ -28,7 +28,7 @@ struct RequestRunner: Sendable {
                 response = Response(status: .internalServerError)
             }
             response.headers[.date] = dates.now()
-            let stream = ResponseStream(head: response.head, channel: channel, handler: handler)
+            let stream = ResponseStream(head: response.head, channel: channel, connection: connection)
             do {
                 try await response.body.write(ResponseStream.Writer(stream: stream))
                 stream.finish(nil)  // nothing when the body finished itself

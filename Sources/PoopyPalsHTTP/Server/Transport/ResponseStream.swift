@@ -12,16 +12,16 @@ import NIOHTTPTypes
 final class ResponseStream: @unchecked Sendable {
     private let head: HTTPResponse
     private let channel: any Channel
-    private let handler: NIOLoopBound<RequestHandler>
+    private let connection: NIOLoopBound<APIConnection>
     private var headSent = false
     /// The first chunk, held back in case it is the only one.
     private var held: ByteBuffer?
     private(set) var finished = false
 
-    init(head: HTTPResponse, channel: any Channel, handler: NIOLoopBound<RequestHandler>) {
+    init(head: HTTPResponse, channel: any Channel, connection: NIOLoopBound<APIConnection>) {
         self.head = head
         self.channel = channel
-        self.handler = handler
+        self.connection = connection
     }
 
     struct Writer: ResponseBodyWriter {
@@ -44,8 +44,8 @@ final class ResponseStream: @unchecked Sendable {
         }
         let (head, held) = takeHeadAndHeld()
         let drained = channel.eventLoop.makePromise(of: Void.self)
-        let handler = handler
-        channel.eventLoop.execute { handler.value.write(head: head, held: held, chunk: buffer, drained: drained) }
+        let connection = connection
+        channel.eventLoop.execute { connection.value.write(head: head, held: held, chunk: buffer, drained: drained) }
         try await drained.futureResult.get()
     }
 
@@ -54,8 +54,8 @@ final class ResponseStream: @unchecked Sendable {
         guard !finished else { return }
         finished = true
         let (head, held) = takeHeadAndHeld()
-        let handler = handler
-        channel.eventLoop.execute { handler.value.finish(head: head, held: held, trailers: trailers) }
+        let connection = connection
+        channel.eventLoop.execute { connection.value.finish(head: head, held: held, trailers: trailers) }
     }
 
     /// The body failed after its head may have gone out: the connection is closed, so the client sees a cut,
@@ -63,8 +63,8 @@ final class ResponseStream: @unchecked Sendable {
     func abort() {
         guard !finished else { return }
         finished = true
-        let handler = handler
-        channel.eventLoop.execute { handler.value.abort() }
+        let connection = connection
+        channel.eventLoop.execute { connection.value.abort() }
     }
 
     private func takeHeadAndHeld() -> (HTTPResponse?, ByteBuffer?) {

@@ -1,0 +1,88 @@
+import HTTPTypes
+import NIOCore
+import NIOEmbedded
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+@testable import PoopyPalsHTTP
+import Testing
+
+/// `ResponseEncoder` writes what NIO's `HTTPResponseEncoder` behind `HTTP1ToHTTPServerCodec` wrote (the pipeline
+/// Hummingbird's HTTP/1 channel set up), byte for byte.
+@Suite("Response encoding")
+struct ResponseEncoderTests {
+    /// The reference: NIO's server pipeline, told the request's method by its own parser.
+    static func reference(_ head: HTTPResponse, chunks: [ByteBuffer], trailers: HTTPFields?, method: String) throws -> [UInt8] {
+        let channel = EmbeddedChannel()
+        defer { _ = try? channel.finish() }
+        try channel.pipeline.syncOperations.configureHTTPServerPipeline(withPipeliningAssistance: false, withErrorHandling: false,
+                                                                         withOutboundHeaderValidation: false)
+        try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+        try channel.writeInbound(ByteBuffer(string: "\(method) \(method == "CONNECT" ? "example.com:443" : "/") HTTP/1.1\r\nHost: x\r\n\r\n"))
+        while try channel.readInbound(as: HTTPRequestPart.self) != nil {}
+        try channel.writeOutbound(HTTPResponsePart.head(head))
+        // NIO refuses body bytes after a HEAD or CONNECT answer's head (ours drops them): none are sent to it.
+        if method != "HEAD" && method != "CONNECT" {
+            for chunk in chunks { try channel.writeOutbound(HTTPResponsePart.body(chunk)) }
+        }
+        try channel.writeOutbound(HTTPResponsePart.end(trailers))
+        var bytes: [UInt8] = []
+        while let buffer = try channel.readOutbound(as: IOData.self) {
+            guard case .byteBuffer(let part) = buffer else { continue }
+            bytes += part.readableBytesView
+        }
+        return bytes
+    }
+
+    static func ours(_ head: HTTPResponse, chunks: [ByteBuffer], trailers: HTTPFields?, method: String) throws -> [UInt8] {
+        var encoder = ResponseEncoder()
+        var buffer = ByteBuffer()
+        encoder.writeHead(head, answering: try #require(HTTPRequest.Method(method)), into: &buffer)
+        var bytes = Array(buffer.readableBytesView)
+        for chunk in chunks {
+            encoder.writeBody(chunk, allocator: ByteBufferAllocator()) { bytes += $0.readableBytesView }
+        }
+        if let end = encoder.end(trailers, allocator: ByteBufferAllocator()) { bytes += end.readableBytesView }
+        return bytes
+    }
+
+    static let fieldSets: [[(String, String)]] = [
+        [],
+        [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", "5"), ("X-Request-ID", "abc")],
+        [("content-length", "0")],
+        [("Content-Type", "application/x-ndjson"), ("Cache-Control", "no-store")],
+        [("Transfer-Encoding", "gzip"), ("X-A", "1")],
+        [("Transfer-Encoding", "chunked"), ("Content-Length", "5"), ("X-B", "2")],
+        [("Allow", "GET, PUT"), ("Allow", "DELETE"), ("set-cookie", "a=1"), ("Set-Cookie", "b=2"), ("X-Unicode", "é")],
+    ]
+
+    @Test(arguments: ["GET", "POST", "HEAD", "CONNECT"])
+    func everyStatusFramingAndMethodIsWrittenAsNIOWroteIt(method: String) throws {
+        let bodies: [[ByteBuffer]] = [[], [ByteBuffer(string: "hello")], [ByteBuffer(string: "{\"a\":"), ByteBuffer(), ByteBuffer(string: "1}")],
+                                      [ByteBuffer(repeating: 0x61, count: 70_000)]]
+        var compared = 0
+        for code in [100, 101, 103, 199, 200, 201, 204, 205, 299, 304, 400, 401, 404, 405, 408, 409, 413, 414, 415, 422, 431, 499, 500, 503, 599] {
+            for fields in Self.fieldSets {
+                for chunks in bodies {
+                    for trailers in [nil, HTTPFields([HTTPField(name: .init("X-Checksum")!, value: "1")])] {
+                        var head = HTTPResponse(status: .init(code: code))
+                        for (name, value) in fields { head.headerFields.append(HTTPField(name: try #require(HTTPField.Name(name)), value: value)) }
+                        let expected = try Self.reference(head, chunks: chunks, trailers: trailers, method: method)
+                        let actual = try Self.ours(head, chunks: chunks, trailers: trailers, method: method)
+                        let same = actual == expected  // not expanded: the arrays run to 70 000 bytes
+                        #expect(same, "\(method) \(code) \(fields) \(chunks.map(\.readableBytes)) \(trailers != nil): \(String(decoding: actual.prefix(300), as: UTF8.self)) vs \(String(decoding: expected.prefix(300), as: UTF8.self))")
+                        compared += 1
+                    }
+                }
+            }
+        }
+        #expect(compared == 25 * 7 * 4 * 2)
+    }
+
+    @Test func aPhraseOfItsOwnIsKeptForACodeNIODoesNotKnow() throws {
+        let head = HTTPResponse(status: .init(code: 299, reasonPhrase: "Fine Anyway"))
+        let expected = try Self.reference(head, chunks: [], trailers: nil, method: "GET")
+        #expect(try Self.ours(head, chunks: [], trailers: nil, method: "GET") == expected)
+        #expect(String(decoding: expected, as: UTF8.self).hasPrefix("HTTP/1.1 299 Fine Anyway\r\n"))
+    }
+}
