@@ -8,8 +8,8 @@ import NIOHTTPTypesHTTP1
 import Testing
 
 /// `ResponseEncoder` writes what NIO's `HTTPResponseEncoder` behind `HTTP1ToHTTPServerCodec` wrote (the pipeline
-/// Hummingbird's HTTP/1 channel set up), byte for byte.
-@Suite("Response encoding")
+/// Hummingbird's HTTP/1 channel set up), byte for byte; requests are read as NIO's conversion read them.
+@Suite("HTTP/1 as NIO wrote and read it")
 struct ResponseEncoderTests {
     /// The reference: NIO's server pipeline, told the request's method by its own parser.
     static func reference(_ head: HTTPResponse, chunks: [ByteBuffer], trailers: HTTPFields?, method: String) throws -> [UInt8] {
@@ -84,5 +84,32 @@ struct ResponseEncoderTests {
         let expected = try Self.reference(head, chunks: [], trailers: nil, method: "GET")
         #expect(try Self.ours(head, chunks: [], trailers: nil, method: "GET") == expected)
         #expect(String(decoding: expected, as: UTF8.self).hasPrefix("HTTP/1.1 299 Fine Anyway\r\n"))
+    }
+
+    /// Requests are read as NIO's conversion reads them, for any target and Host header.
+    @Test func requestHeadsAreConvertedAsNIOConvertsThem() throws {
+        var generator = SystemRandomNumberGenerator()
+        let pieces = ["/", "/v1/logs", "?limit=20", "&before=x", "%20", "%zz", " ", "#frag", "//evil.example", ":", "@", "http:",
+                      "https://example.com/a?b", "*", "example.com:443", "é", "/..", "a", "\\", "[::1]"]
+        let hosts: [[String]] = [[], ["x"], ["a.example", "b.example"], [""]]
+        let methods: [HTTPMethod] = [.GET, .POST, .HEAD, .CONNECT, .OPTIONS, .RAW(value: "BREW"), .RAW(value: "B@D")]
+        var compared = 0
+        for round in 0..<3_000 {
+            let uri = (0..<Int.random(in: 0...4, using: &generator)).map { _ in pieces.randomElement(using: &generator) ?? "" }.joined()
+            var headers = HTTPHeaders()
+            for host in hosts[round % hosts.count] { headers.add(name: round % 2 == 0 ? "Host" : "host", value: host) }
+            headers.add(name: "X-Device-ID", value: "\(round)")
+            let head = HTTPRequestHead(version: .http1_1, method: methods[round % methods.count], uri: uri, headers: headers)
+            let expected = Result { try HTTPRequest(head, secure: false, splitCookie: false) }
+            let actual = Result { try HTTPRequest(origin: head) }
+            switch (expected, actual) {
+            case (.success(let expected), .success(let actual)):
+                #expect(actual == expected, "\(uri)")
+            case (.failure, .failure): break
+            default: Issue.record("\(head.method) \(uri): \(expected) vs \(actual)")
+            }
+            compared += 1
+        }
+        #expect(compared == 3_000)
     }
 }

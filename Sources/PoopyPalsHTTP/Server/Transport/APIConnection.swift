@@ -113,7 +113,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let nioHead):
             do {
-                part = .head(try HTTPRequest(nioHead, secure: false, splitCookie: false))
+                part = .head(try HTTPRequest(origin: nioHead))
             } catch {
                 return inboundFailed(error, context: context)
             }
