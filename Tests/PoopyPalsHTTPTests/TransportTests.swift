@@ -80,6 +80,40 @@ struct TransportTests {
             #expect(try await api.send("GET", "/healthz").status == 200)
         }
     }
+    /// A client that stops reading an export is cut off after the request timeout: the export's producer and its
+    /// database connection are not held for as long as the client likes. It reads what it had been sent, then the
+    /// end of the connection, never the export's end.
+    @Test func aClientThatStopsReadingAnExportIsCutOffAfterTheRequestTimeout() async throws {
+        try await TestDatabase.withAPI(configure: { $0.requestTimeout = .seconds(1) }) { api, db in
+            let port = try #require(api.base.port)
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            try await db.seedLogs(deviceKey: device.deviceKey, count: 100_000, notes: true)
+            let (answer, ended) = await LoadTests.blocking { () -> (String, Bool) in
+                guard let fd = LoadTests.connect(port: port) else { return ("", false) }
+                defer { close(fd) }
+                let request = Array("GET /v1/export HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n\r\n".utf8)
+                guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else { return ("", false) }
+                Thread.sleep(forTimeInterval: 5)  // not reading: the server's socket buffer fills
+                var bytes: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 65_536)
+                let deadline = ContinuousClock.now + .seconds(60)
+                while ContinuousClock.now < deadline {
+                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    guard poll(&poller, 1, 1_000) == 1 else { continue }
+                    let count = recv(fd, &buffer, buffer.count, 0)
+                    if count <= 0 { return (String(decoding: bytes, as: UTF8.self), true) }
+                    bytes += buffer[0..<count]
+                }
+                return (String(decoding: bytes, as: UTF8.self), false)
+            }
+            #expect(ended, "the connection was still open after 60 s")
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(300))")
+            #expect(answer.utf8.count > 100_000, "\(answer.utf8.count) bytes")
+            #expect(!answer.hasSuffix("0\r\n\r\n"), "the whole export arrived: the server waited for the client")
+            // The server serves on, the export's database connection given back.
+            #expect(try await api.send("GET", "/v1/logs?limit=1", device: device).status == 200)
+        }
+    }
     #endif
 
     @Test func theDateHeaderIsAnIMFFixdate() {

@@ -23,6 +23,7 @@ import Values
 ///   connection's start or the previous response's end, then its body (`APIConnection+Timeouts.swift`). A client
 ///   that sent part of a request gets 408 `request_timeout`; an idle keep-alive connection is closed silently,
 ///   after `POOPYPALS_IDLE_TIMEOUT` at the latest.
+/// - A streamed response (the export) waits while the socket's buffer is full, for the request timeout at most.
 /// - `Connection: close`, a closed input side, an inbound error or the server's graceful shutdown close the
 ///   connection once what was read before is answered.
 final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
@@ -223,8 +224,12 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         if let held { writeBody(held, context: context) }
         writeBody(chunk, context: context)
         let written = context.writeAndFlush(wrapOutboundOut(.byteBuffer(ByteBuffer())))
-        // The socket's buffer is full: the writer waits until this chunk (and all before it) is out.
-        if context.channel.isWritable { drained.succeed() } else { written.cascade(to: drained) }
+        if context.channel.isWritable { return drained.succeed() }
+        // The socket's buffer is full: the writer waits until this chunk (and all before it) is out, and a client
+        // that stopped reading holds the export (and its database connection) no longer than the request timeout.
+        written.cascade(to: drained)
+        let stalled = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in closeNow(context: context) }
+        written.whenComplete { _ in stalled.cancel() }
     }
 
     func finish(head: HTTPResponse?, held: ByteBuffer?, trailers: HTTPFields?) {
