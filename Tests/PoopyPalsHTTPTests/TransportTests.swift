@@ -94,7 +94,17 @@ struct TransportTests {
                 defer { close(fd) }
                 let request = Array("GET /v1/export HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n\r\n".utf8)
                 guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else { return ("", false) }
-                Thread.sleep(forTimeInterval: 5)  // not reading: the server's socket buffer fills
+                // Not reading until what has arrived stops growing for 5 s (the export fills the socket's buffers
+                // at whatever pace the machine allows): the server's writes have then been stuck for longer than
+                // its 1 s timeout. Peeking does not read: the window stays closed.
+                var queued = 0, since = ContinuousClock.now
+                var peek = [UInt8](repeating: 0, count: 32 << 20)
+                let patience = ContinuousClock.now + .seconds(90)
+                while ContinuousClock.now - since < .seconds(5), ContinuousClock.now < patience {
+                    Thread.sleep(forTimeInterval: 0.25)
+                    let now = recv(fd, &peek, peek.count, Int32(MSG_PEEK | MSG_DONTWAIT))
+                    if now > queued { (queued, since) = (now, .now) }
+                }
                 var bytes: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 65_536)
                 let deadline = ContinuousClock.now + .seconds(60)
                 while ContinuousClock.now < deadline {
