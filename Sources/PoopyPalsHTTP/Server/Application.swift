@@ -51,11 +51,10 @@ func buildApplication(
     Task { await RLSBypassWarning.check(pools.probe, logger: logger) }
     // Our own request path (APIChildChannel); Hummingbird's responder closure, which writes through
     // NIOAsyncChannel, is not used.
-    let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger,
-                                 maxBodySize: APIContext.maxUploadSize)
+    let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger)
     let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
     return Application(
-        router: router,
+        responder: requests.responder,
         server: HTTPServerBuilder { _ in
             APIChildChannel(requests: requests, requestTimeout: requestTimeout, idleTimeout: idleTimeout)
         },

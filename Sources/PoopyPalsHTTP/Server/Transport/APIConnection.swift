@@ -180,7 +180,8 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
                 body = nil  // `whole` is then the buffer's only owner: appended to in place
                 whole.writeBuffer(&chunk)
             }
-            if whole.readableBytes > requests.maxBodySize {
+            // Over the limit: handed to the router as soon as it is (its collect fails: 413), not read whole.
+            if whole.readableBytes > APIContext.maxUploadSize {
                 self.head = nil
                 hand(head, RequestBody(buffer: whole), context: context)
             } else {
@@ -223,6 +224,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         if let head { writeHead(head, context: context) }
         if let held { writeBody(held, context: context) }
         writeBody(chunk, context: context)
+        // An empty write: its future is the flush's, whether or not the encoder wrote anything above.
         let written = context.writeAndFlush(wrapOutboundOut(.byteBuffer(ByteBuffer())))
         if context.channel.isWritable { return drained.succeed() }
         // The socket's buffer is full: the writer waits until this chunk (and all before it) is out, and a client
@@ -320,7 +322,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         closing = true
         let body = answer.body()
         var head = HTTPResponse(status: answer.status)
-        head.headerFields[.contentType] = "application/json; charset=utf-8"
+        head.headerFields[.contentType] = JSONResponse.contentType
         head.headerFields[.contentLength] = String(body.count)
         head.headerFields[.connection] = "close"
         head.headerFields[.requestID] = UUIDText.lowercase(UUIDText.random())

@@ -11,8 +11,6 @@ struct RequestRunner: Sendable {
     let responder: RouterResponder<APIContext>
     let executor: any TaskExecutor
     let logger: Logger
-    /// A body longer than this is handed to the router as soon as it is (its collect fails: 413), not read whole.
-    let maxBodySize: Int
     let dates = HTTPDate()
 
     /// Starts answering `request`; `connection` is given the response on its event loop.

@@ -16,7 +16,7 @@ final class ResponseStream: @unchecked Sendable {
     private var headSent = false
     /// The first chunk, held back in case it is the only one.
     private var held: ByteBuffer?
-    private(set) var finished = false
+    private var finished = false
 
     init(head: HTTPResponse, channel: any Channel, connection: NIOLoopBound<APIConnection>) {
         self.head = head
