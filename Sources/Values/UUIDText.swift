@@ -4,16 +4,12 @@ import Foundation
 /// which on Linux go through `sscanf` and `snprintf`: in `make bench`'s profile of "list 20 newest logs" that
 /// parsing alone was 7.5 % of the client's CPU (20 rows × 1 id, plus the device key per request).
 public enum UUIDText {
-    /// A random (version 4) UUID from the system's generator (`getrandom`). Foundation's `UUID()` on Linux opens,
-    /// reads and closes /dev/urandom for every id: three system calls per request where ids are made per request.
+    /// A random (version 4) UUID from the system's generator. Foundation's `UUID()` on Linux opens, reads and
+    /// closes /dev/urandom for every id; `RandomBytes` reads it 256 ids at a time.
     public static func random() -> UUID {
-        var generator = SystemRandomNumberGenerator()
-        let high = generator.next() as UInt64
-        let low = generator.next() as UInt64
         var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &bytes) { raw in
-            raw.storeBytes(of: high.bigEndian, toByteOffset: 0, as: UInt64.self)
-            raw.storeBytes(of: low.bigEndian, toByteOffset: 8, as: UInt64.self)
+            RandomBytes.shared.fill(raw)
             raw[6] = raw[6] & 0x0F | 0x40  // version 4
             raw[8] = raw[8] & 0x3F | 0x80  // RFC 4122 variant
         }

@@ -80,6 +80,46 @@ struct TransportTests {
             #expect(try await api.send("GET", "/healthz").status == 200)
         }
     }
+    /// A request that starts arriving while the one before it on the connection is answered, and never ends, is
+    /// timed out as a begun request: 408 once the answer is out and the timeout has passed, not a silent close as
+    /// for an idle connection. (The socket is read while a request is answered: what came then counts.)
+    @Test func aRequestBegunWhileTheOneBeforeIsAnsweredGets408() async throws {
+        try await TestDatabase.withAPI(configure: { $0.requestTimeout = .seconds(1) }) { api, db in
+            let port = try #require(api.base.port)
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let release = Locked(false)
+            let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
+                try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
+            }
+            let fd = try #require(await LoadTests.blocking { LoadTests.connect(port: port) })
+            defer { close(fd) }
+            let list = "GET /v1/logs HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n\r\n"
+            #expect(list.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) } == list.utf8.count)
+            // The list waits on the lock: it is being answered while the next request's first bytes arrive.
+            try await db.waitUntilSessionsWaitOnALock()
+            let begun = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
+            #expect(begun.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) } == begun.utf8.count)
+            try await Task.sleep(for: .milliseconds(300))
+            release.withLock { $0 = true }
+            try await lock.value
+            let answer = await LoadTests.blocking { () -> String in
+                var text = "", buffer = [UInt8](repeating: 0, count: 4096)
+                let deadline = ContinuousClock.now + .seconds(15)
+                while ContinuousClock.now < deadline {
+                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    guard poll(&poller, 1, 500) == 1 else { continue }
+                    let count = recv(fd, &buffer, buffer.count, 0)
+                    if count <= 0 { break }
+                    text += String(decoding: buffer[0..<count], as: UTF8.self)
+                }
+                return text
+            }
+            #expect(Self.statuses(answer) == ["200", "408"], "\(answer.prefix(1200))")
+            #expect(answer.contains("request_timeout"))
+        }
+    }
+
     /// A client that stops reading an export is cut off after the request timeout: the export's producer and its
     /// database connection are not held for as long as the client likes. It reads what it had been sent, then the
     /// end of the connection, never the export's end.

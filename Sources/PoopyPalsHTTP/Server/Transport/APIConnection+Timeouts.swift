@@ -16,11 +16,9 @@ extension APIConnection {
     }
 
     /// Every request read has been answered: the next one's headers are timed from now, and so is idleness.
+    /// (`watch` was reset when the last request was handed over: bytes of the next one may have come since.)
     func requestsAnswered(context: ChannelHandlerContext) {
-        if !readingBody {
-            watch.arrived = false
-            arm(.headers, context: context)
-        }
+        if !readingBody { arm(.headers, context: context) }
         if let idleTimeout {
             lastActive = .now()
             scheduleIdle(at: lastActive + idleTimeout, context: context)

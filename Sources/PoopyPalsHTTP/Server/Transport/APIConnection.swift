@@ -12,8 +12,10 @@ import Values
 /// (`ResponseEncoder`). It used to be five handlers (Hummingbird's HTTP/1 channel and ours); each part of a request
 /// or response crossed each of them as a dynamically cast `NIOAny`.
 ///
-/// - One request is answered at a time: what arrives meanwhile (pipelined requests) waits, in order, and the
-///   socket is not read until the answer is out, so a client cannot make the queue grow.
+/// - One request is answered at a time: what arrives meanwhile (pipelined requests) waits, in order. The socket
+///   stays readable while a request is answered until something arrives; then it is not read again until the
+///   answer is out, so the queue holds one read's bytes at most. (Holding every read while answering took the
+///   socket's readiness out of epoll and put it back: two `epoll_ctl` calls a request.)
 /// - A body over the size limit is handed over as soon as it is (the route answers 413); the rest is skipped.
 /// - A body that fails part way (the stream ended before its Content-Length) is handed over failing (the route
 ///   answers 400 `incomplete_body`), and the connection is closed after the answer.
@@ -134,7 +136,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if answering { readHeld = true } else { context.read() }
+        if answering && !queued.isEmpty { readHeld = true } else { context.read() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -208,6 +210,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func hand(_ head: HTTPRequest, _ body: RequestBody, context: ChannelHandlerContext) {
         answering = true
+        watch.arrived = false  // from here on, what arrives is the next request's
         method = head.method
         closeAfterAnswer = head.headerFields.value(of: .connection) == "close"
         requests.start(Request(head: head, body: body), channel: context.channel,
