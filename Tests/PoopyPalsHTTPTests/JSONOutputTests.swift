@@ -36,6 +36,30 @@ struct JSONOutputTests {
         #expect(try JSONResponse.encode(writing: [LogBody]()) == (try ReferenceJSON.encode([LogBody]())))
     }
 
+    /// One body's timestamps share the day they last turned into a date (`Timestamp.RecentDay`): runs on one day,
+    /// changes of day and of year, dates before 1970 and at both ends of the range, each as written alone.
+    @Test func timestampsInOneBodyAreEachWrittenAsAlone() throws {
+        var seconds: [Double] = [-62_135_596_800, 253_402_300_799, 0, -1, 86_399, 86_400, 951_782_399, 951_782_400]
+        var generator = SystemRandomNumberGenerator()
+        var day = 20_000.0
+        for _ in 0..<3000 {
+            switch Int.random(in: 0..<10, using: &generator) {
+            case 0: day = Double(Int.random(in: -719_162..<2_932_896, using: &generator))
+            case 1: day += 1
+            default: break
+            }
+            seconds.append(day * 86_400 + Double.random(in: 0..<86_400, using: &generator).rounded(.down))
+        }
+        var output = JSONOutput()
+        var expected: [UInt8] = []
+        for value in seconds {
+            let date = Date(timeIntervalSince1970: value)
+            try output.bounded(capacity: 20) { try $0.unquotedTimestamp(date) }
+            expected += Array(try Timestamp.format(date).utf8)
+        }
+        #expect(output.bytes == expected)
+    }
+
     @Test func integersAreWrittenAsTheirDecimalForm() throws {
         var values: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1, 1_000_000_007]
         values += (0..<500).map { _ in Int64.random(in: Int64.min...Int64.max) }

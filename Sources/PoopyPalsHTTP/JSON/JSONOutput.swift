@@ -8,6 +8,8 @@ import Values
 /// `make bench`'s profile.
 struct JSONOutput {
     private(set) var bytes: [UInt8] = []
+    /// Kept across the bounded pieces: the timestamps of a body mostly fall on a few days.
+    private var recentDay = Timestamp.RecentDay()
 
     init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
 
@@ -90,8 +92,9 @@ struct JSONOutput {
     /// each, 94 instructions apiece. A body larger than `capacity` throws `JSONOutput.Overflow`, never writes past it.
     mutating func bounded(capacity: Int, _ write: (inout BoundedJSON) throws -> Void) throws {
         try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
-            var output = BoundedJSON(buffer: buffer)
+            var output = BoundedJSON(buffer: buffer, recentDay: recentDay)
             try write(&output)
+            recentDay = output.recentDay
             guard !output.overflowed else { throw Overflow() }
             bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<output.count]))
         }
@@ -107,8 +110,12 @@ struct BoundedJSON {
     private let buffer: UnsafeMutableBufferPointer<UInt8>
     private(set) var count = 0
     private(set) var overflowed = false
+    fileprivate(set) var recentDay: Timestamp.RecentDay
 
-    init(buffer: UnsafeMutableBufferPointer<UInt8>) { self.buffer = buffer }
+    init(buffer: UnsafeMutableBufferPointer<UInt8>, recentDay: Timestamp.RecentDay = .init()) {
+        self.buffer = buffer
+        self.recentDay = recentDay
+    }
 
     private var rest: UnsafeMutableBufferPointer<UInt8> { UnsafeMutableBufferPointer(rebasing: buffer[count...]) }
 
@@ -147,7 +154,7 @@ struct BoundedJSON {
     /// The timestamp's 20 characters, without quotes: the caller's keys carry them (`","createdAt":"`), one
     /// copy fewer per piece.
     mutating func unquotedTimestamp(_ date: Date) throws {
-        let written = try Timestamp.write(date, into: rest)
+        let written = try Timestamp.write(date, into: rest, recent: &recentDay)
         if written == 0 { overflowed = true }
         count += written
     }

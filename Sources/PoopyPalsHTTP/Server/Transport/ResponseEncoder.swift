@@ -58,27 +58,17 @@ struct ResponseEncoder {
             length += field.name.rawName.utf8.count + field.value.utf8.count + 4
         }
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
-            var at = 0
-            func put(_ bytes: UnsafeRawBufferPointer) {
-                // The length above counts every byte put; the check keeps a miscount from writing past the buffer.
-                guard let target = raw.baseAddress, let source = bytes.baseAddress, at + bytes.count <= raw.count else { return }
-                (target + at).copyMemory(from: source, byteCount: bytes.count)
-                at += bytes.count
-            }
-            func put(_ text: String) {
-                var text = text
-                text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
-            }
-            statusLine.withUnsafeBytes { put($0) }
+            var out = HeadWriter(raw: raw)
+            statusLine.withUnsafeBytes { out.put($0) }
             for field in head.headerFields where written(field) {
-                put(field.name.rawName)
-                put(UnsafeRawBufferPointer(start: Self.separator.utf8Start, count: 2))
-                put(field.value)
-                put(UnsafeRawBufferPointer(start: Self.lineEnd.utf8Start, count: 2))
+                out.put(field.name.rawName)
+                out.put(Self.separator)
+                out.put(field.value)
+                out.put(Self.lineEnd)
             }
-            if chunkedOnTheWire { put(UnsafeRawBufferPointer(start: chunkedField.utf8Start, count: chunkedField.utf8CodeUnitCount)) }
-            put(UnsafeRawBufferPointer(start: Self.lineEnd.utf8Start, count: 2))
-            return at
+            if chunkedOnTheWire { out.put(chunkedField) }
+            out.put(Self.lineEnd)
+            return out.at
         }
         bodySuppressed = isConnect || method == .head
         chunked = chunkedOnTheWire && !bodySuppressed
@@ -94,6 +84,29 @@ struct ResponseEncoder {
             case 17 where canonical == "transfer-encoding": self = .transferEncoding
             default: return nil
             }
+        }
+    }
+
+    /// Copies a head's pieces into the buffer, one after another. A struct, not nested functions around a captured
+    /// `var`: the captured variable had a run-time exclusivity check per piece (18 a response, 1.7 k instructions).
+    private struct HeadWriter {
+        let raw: UnsafeMutableRawBufferPointer
+        var at = 0
+
+        mutating func put(_ bytes: UnsafeRawBufferPointer) {
+            // `writeHead` counted every byte put; the check keeps a miscount from writing past the buffer.
+            guard let target = raw.baseAddress, let source = bytes.baseAddress, bytes.count <= raw.count - at else { return }
+            (target + at).copyMemory(from: source, byteCount: bytes.count)
+            at += bytes.count
+        }
+
+        mutating func put(_ text: String) {
+            var text = text
+            text.withUTF8 { put(UnsafeRawBufferPointer($0)) }
+        }
+
+        mutating func put(_ text: StaticString) {
+            put(UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
         }
     }
 
