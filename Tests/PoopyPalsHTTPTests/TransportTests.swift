@@ -16,6 +16,20 @@ struct TransportTests {
         answer.matches(of: /HTTP\/1\.1 (\d{3})/).map { String($0.output.1) }
     }
 
+    /// What arrives on `fd` until the server closes it (`closed`) or `limit` passes.
+    static func readUntilClosed(_ fd: Int32, within limit: Duration) -> (text: String, closed: Bool) {
+        var text = "", buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 500) == 1 else { continue }
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { return (text, true) }
+            text += String(decoding: buffer[0..<count], as: UTF8.self)
+        }
+        return (text, false)
+    }
+
     @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
         try await TestDatabase.withAPI { api, _ in
             let port = try #require(api.base.port)
@@ -62,16 +76,7 @@ struct TransportTests {
                 defer { close(fd) }
                 let request = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
                 guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else { return ("", false) }
-                var text = "", buffer = [UInt8](repeating: 0, count: 4096)
-                let deadline = ContinuousClock.now + .seconds(10)
-                while ContinuousClock.now < deadline {
-                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    guard poll(&poller, 1, 500) == 1 else { continue }
-                    let count = recv(fd, &buffer, buffer.count, 0)
-                    if count <= 0 { return (text, true) }
-                    text += String(decoding: buffer[0..<count], as: UTF8.self)
-                }
-                return (text, false)
+                return Self.readUntilClosed(fd, within: .seconds(10))
             }
             #expect(Self.statuses(answer) == ["200"], "\(answer.prefix(600))")
             #expect(closed, "the server kept the connection open after answering Connection: close")
@@ -103,20 +108,10 @@ struct TransportTests {
             try await Task.sleep(for: .milliseconds(300))
             release.withLock { $0 = true }
             try await lock.value
-            let answer = await LoadTests.blocking { () -> String in
-                var text = "", buffer = [UInt8](repeating: 0, count: 4096)
-                let deadline = ContinuousClock.now + .seconds(15)
-                while ContinuousClock.now < deadline {
-                    var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    guard poll(&poller, 1, 500) == 1 else { continue }
-                    let count = recv(fd, &buffer, buffer.count, 0)
-                    if count <= 0 { break }
-                    text += String(decoding: buffer[0..<count], as: UTF8.self)
-                }
-                return text
-            }
+            let (answer, closed) = await LoadTests.blocking { Self.readUntilClosed(fd, within: .seconds(15)) }
             #expect(Self.statuses(answer) == ["200", "408"], "\(answer.prefix(1200))")
             #expect(answer.contains("request_timeout"))
+            #expect(closed, "the connection stayed open after the 408")
         }
     }
 

@@ -163,8 +163,25 @@ struct Bench: AsyncParsableCommand {
         let benchBinary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let peerBinary = skipPeer ? nil : benchBinary
         if let serverBinary, !skipExtras, !readScaleOnly, !instructionsOnly {
+            let (devices, httpSeconds, referenceTarget) = (self.devices, seconds * 2, target)
+            // The data layer doing each route's work (list for GET, create for POST), measured as the scenarios are.
+            let reference: @Sendable (String, Int) async throws -> Double = { route, connections in
+                let name = route.hasPrefix("GET") ? "list 20 newest logs" : "create log"
+                guard let scenario = Scenario.all(devices: devices).first(where: { $0.name == name }) else { throw BenchError("no scenario \(name)") }
+                let pool = ConnectionPool(configuration: .init(connection: referenceTarget, maxConnections: connections))
+                let repositories = Scenario.Repositories(database: Database(pool: pool))
+                let executor = pool.taskExecutor()
+                _ = try await runLoad(concurrency: connections, duration: .milliseconds(500), executor: executor) { worker in
+                    try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
+                }
+                let measured = try await runLoad(concurrency: connections, duration: .seconds(httpSeconds), executor: executor) { _ in
+                    try await scenario.ours(repositories, Int.random(in: 1...devices))
+                }
+                await pool.close()
+                return measured.opsPerSecond
+            }
             http = try await HTTPLoad.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
-                                          seconds: seconds * 2, devices: devices)
+                                          seconds: httpSeconds, devices: devices, reference: reference)
         }
         var instructions: [InstructionRow] = []
         if let serverBinary, !skipExtras, !readScaleOnly {

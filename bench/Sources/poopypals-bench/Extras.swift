@@ -100,6 +100,9 @@ struct HTTPRow: Encodable {
     /// The server process's CPU and context switches per request over the run (every thread; from /proc).
     var serverCPUMicrosecondsPerRequest: Double? = nil
     var serverContextSwitchesPerRequest: Double? = nil
+    /// Ours only: the data layer's rate for the same work (list for GET, create for POST) at the same concurrency,
+    /// measured just before this run, in the bench process, while the server idled.
+    var dataLayerRequestsPerSecond: Double? = nil
 }
 
 enum HTTPLoad {
@@ -107,14 +110,17 @@ enum HTTPLoad {
 
     /// Ours (`poopypals serve --pool-size 16`), then the peer (`peerBinary --serve-peer`, 16 connections), each
     /// under the same `wrk` load.
-    static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int) async throws -> [HTTPRow] {
+    /// `reference` measures the data layer doing a route's work at a concurrency (ops/s), just before each of our runs:
+    /// on this machine two runs minutes apart differ by more than the ratio's margin.
+    static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int,
+                    reference: (@Sendable (_ route: String, _ connections: Int) async throws -> Double)? = nil) async throws -> [HTTPRow] {
         let port = 18080 + Int.random(in: 0..<1000)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
         let environment = ["DATABASE_URL": databaseURL, "AUTH_JWT_SECRET": String(repeating: "b", count: 40),
                            "LOG_LEVEL": "warning"]
         var rows = try await Child.whileRunning(serverBinary, ["serve", "--port", "\(port)", "--pool-size", "16"],
                                                 environment: environment, output: log) { server in
-            try await load("poopypals", port: port, log: log, server: server, seconds: seconds, devices: devices)
+            try await load("poopypals", port: port, log: log, server: server, seconds: seconds, devices: devices, reference: reference)
         }
         if let peerBinary {
             let peerPort = port + 1
@@ -127,7 +133,8 @@ enum HTTPLoad {
         return rows
     }
 
-    private static func load(_ name: String, port: Int, log: String, server: pid_t, seconds: Int, devices: Int) async throws -> [HTTPRow] {
+    private static func load(_ name: String, port: Int, log: String, server: pid_t, seconds: Int, devices: Int,
+                             reference: (@Sendable (String, Int) async throws -> Double)? = nil) async throws -> [HTTPRow] {
         for _ in 0..<200 {
             if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
             try await Task.sleep(for: .milliseconds(50))
@@ -140,6 +147,7 @@ enum HTTPLoad {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-wrk-\(UUID().uuidString).lua")
             try script.write(to: file, atomically: true, encoding: .utf8)
             defer { try? FileManager.default.removeItem(at: file) }
+            let dataLayer = try await reference?(route, connections)
             let before = Child.usage(of: server)
             let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "\(connections)", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
@@ -157,6 +165,7 @@ enum HTTPLoad {
             let requests = completedRequests(in: output)
             var row = HTTPRow(server: name, route: route, connections: connections, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                               p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
+            row.dataLayerRequestsPerSecond = dataLayer
             if let before, let after, requests > 0 {
                 row.serverCPUMicrosecondsPerRequest = (after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(requests)
                 row.serverContextSwitchesPerRequest = Double(after.switches - before.switches) / Double(requests)

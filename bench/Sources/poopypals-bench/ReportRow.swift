@@ -98,16 +98,18 @@ struct Report: Encodable {
         }
         if !http.isEmpty {
             text += "\nHTTP (`wrk -t2` with 32 and 64 connections; release `poopypals serve --pool-size 16`, and the \(HTTPLoad.peerName) peer with 16 connections, same SQL):\n\n"
-            text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request | vs data layer at the same concurrency | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request | data layer ops/s just before (list for GET, create for POST) | vs data layer | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
             for row in http {
-                let reference = scenarios.first { $0.concurrency == row.connections && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }
-                let ratio = reference.map { String(format: "%.2f", row.requestsPerSecond / $0.oursRate) } ?? "–"
+                let reference = row.dataLayerRequestsPerSecond
+                    ?? scenarios.first { $0.concurrency == row.connections && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }?.oursRate
+                let ratio = reference.map { String(format: "%.2f", row.requestsPerSecond / max(1, $0)) } ?? "–"
+                let dataLayer = row.dataLayerRequestsPerSecond.map { String(format: "%.0f", $0) } ?? "–"
                 let peer = http.first { $0.server == HTTPLoad.peerName && $0.route == row.route && $0.connections == row.connections }
                 let versus = row.server == "poopypals" ? (peer.map { String(format: "%.2f", row.requestsPerSecond / max(1, $0.requestsPerSecond)) } ?? "–") : "–"
                 let usage = String(format: "%.0f / %.1f", row.serverCPUMicrosecondsPerRequest ?? 0, row.serverContextSwitchesPerRequest ?? 0)
-                text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
+                text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
                                row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage,
-                               row.server == "poopypals" ? ratio : "–", versus)
+                               row.server == "poopypals" ? dataLayer : "–", row.server == "poopypals" ? ratio : "–", versus)
             }
         }
         if !instructions.isEmpty {
