@@ -161,28 +161,6 @@ struct TransportTests {
     }
     #endif
 
-    /// Each thread keeps its own copy of the header (`HTTPDate`): read by many threads at once, every value is the
-    /// current second's, as formatted afresh.
-    @Test func theDateHeaderIsTheCurrentSecondsOnEveryThread() async {
-        let results = await withTaskGroup(of: Bool.self) { group -> [Bool] in
-            for _ in 0..<8 {
-                group.addTask {
-                    await LoadTests.blocking { () -> Bool in
-                        for _ in 0..<2000 {
-                            let before = Int(Date().timeIntervalSince1970.rounded(.down))
-                            let header = HTTPDate.now()
-                            let after = Int(Date().timeIntervalSince1970.rounded(.down))
-                            guard (before...after).contains(where: { HTTPDate.format($0) == header }) else { return false }
-                        }
-                        return true
-                    }
-                }
-            }
-            return await group.reduce(into: []) { $0.append($1) }
-        }
-        #expect(results == Array(repeating: true, count: 8))
-    }
-
     @Test func theDateHeaderIsAnIMFFixdate() {
         #expect(HTTPDate.format(0) == "Thu, 01 Jan 1970 00:00:00 GMT")
         #expect(HTTPDate.format(1_795_654_923) == "Thu, 26 Nov 2026 01:02:03 GMT")
