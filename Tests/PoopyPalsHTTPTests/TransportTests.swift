@@ -30,6 +30,15 @@ struct TransportTests {
         return (text, false)
     }
 
+    /// Registers `device` through a server with the default timeouts: the tests with a 1 s request timeout test
+    /// what follows, and on a loaded machine (the parallel suite) their own server timed the set-up out.
+    static func register(_ device: UUID, on db: TestDatabase) async throws -> Int {
+        let setUp = try await LiveAPI.start(db.configuration, poolSize: 1)
+        let status = try await setUp.send("PUT", "/v1/device", device: device).status
+        await setUp.stop()
+        return status
+    }
+
     @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
         try await TestDatabase.withAPI { api, _ in
             let port = try #require(api.base.port)
@@ -92,7 +101,7 @@ struct TransportTests {
         try await TestDatabase.withAPI(configure: { $0.requestTimeout = .seconds(1) }) { api, db in
             let port = try #require(api.base.port)
             let device = UUID()
-            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            #expect(try await Self.register(device, on: db) == 201)
             let release = Locked(false)
             let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
                 try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
@@ -122,7 +131,7 @@ struct TransportTests {
         try await TestDatabase.withAPI(configure: { $0.requestTimeout = .seconds(1) }) { api, db in
             let port = try #require(api.base.port)
             let device = UUID()
-            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            #expect(try await Self.register(device, on: db) == 201)
             try await db.seedLogs(deviceKey: device.deviceKey, count: 100_000, notes: true)
             let (answer, ended) = await LoadTests.blocking { () -> (String, Bool) in
                 guard let fd = LoadTests.connect(port: port) else { return ("", false) }
