@@ -154,6 +154,7 @@ struct ConformanceTests {
                 #expect(head.hasPrefix("HTTP/1.1 \(item.status)"), "\(item.name): \(answer.prefix(300))")
                 #expect(head.lowercased().contains("content-type: application/json"), "\(item.name)")
                 #expect(head.lowercased().contains("x-request-id: "), "\(item.name)")
+                #expect(head.contains("\r\nDate: "), "\(item.name): our own answers carry a Date too")
                 let json = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: [String: String]]
                 #expect(json?["error"]?["code"] == item.code, "\(item.name): \(body.prefix(300))")
                 #expect(json?["error"]?["message"]?.isEmpty == false, "\(item.name)")

@@ -1,3 +1,4 @@
+import Foundation
 import HTTPTypes
 import NIOCore
 import NIOEmbedded
@@ -35,7 +36,7 @@ struct ResponseEncoderTests {
     }
 
     static func ours(_ head: HTTPResponse, chunks: [ByteBuffer], trailers: HTTPFields?, method: String) throws -> [UInt8] {
-        var encoder = ResponseEncoder()
+        var encoder = ResponseEncoder(addsDate: false)
         var buffer = ByteBuffer()
         encoder.writeHead(head, answering: try #require(HTTPRequest.Method(method)), into: &buffer)
         var bytes = Array(buffer.readableBytesView)
@@ -77,6 +78,32 @@ struct ResponseEncoderTests {
             }
         }
         #expect(compared == 25 * 7 * 4 * 2)
+    }
+
+    /// The server's encoder adds the current second's `Date` after the head's own fields, before the framing it
+    /// adds itself; a head that has its own `Date` keeps it, alone.
+    @Test func theServersEncoderAddsTheCurrentDateUnlessTheHeadHasOne() throws {
+        var encoder = ResponseEncoder(addsDate: true)
+        var head = HTTPResponse(status: .ok)
+        head.headerFields[.contentType] = "text/plain"
+        for round in 0..<3 {
+            let before = Int(Date().timeIntervalSince1970)
+            var buffer = ByteBuffer()
+            encoder.writeHead(head, answering: .get, into: &buffer)
+            let after = Int(Date().timeIntervalSince1970)
+            let text = String(buffer: buffer)
+            let dates = text.matches(of: /\r\nDate: ([^\r]*)\r\n/).map { String($0.output.1) }
+            #expect(dates.count == 1, "round \(round): \(text)")
+            #expect(dates.first.map { [HTTPDate.format(before), HTTPDate.format(after)].contains($0) } == true, "\(dates)")
+            #expect(text.hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: "), "\(text)")
+            #expect(text.hasSuffix(" GMT\r\ntransfer-encoding: chunked\r\n\r\n"), "\(text)")
+        }
+        head.headerFields[.date] = "Tue, 29 Feb 2000 00:00:00 GMT"
+        var buffer = ByteBuffer()
+        encoder.writeHead(head, answering: .get, into: &buffer)
+        let text = String(buffer: buffer)
+        #expect(text.matches(of: #/Date: /#).count == 1, "\(text)")
+        #expect(text.contains("\r\nDate: Tue, 29 Feb 2000 00:00:00 GMT\r\n"), "\(text)")
     }
 
     @Test func aPhraseOfItsOwnIsKeptForACodeNIODoesNotKnow() throws {

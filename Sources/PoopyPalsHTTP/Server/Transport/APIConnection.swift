@@ -55,7 +55,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
 
     // Answering.
     private var answering = false
-    private var encoder = ResponseEncoder()
+    private var encoder = ResponseEncoder(addsDate: true)
     private var method = HTTPRequest.Method.get
     /// The current response's head has gone out.
     var responseStarted = false
@@ -330,7 +330,7 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         head.headerFields[.connection] = "close"
         head.headerFields[.requestID] = UUIDText.lowercase(UUIDText.random())
         var buffer = context.channel.allocator.buffer(capacity: 256 + body.count)
-        var encoder = ResponseEncoder()
+        var encoder = ResponseEncoder(addsDate: true)
         encoder.writeHead(head, answering: .get, into: &buffer)
         buffer.writeBytes(body)
         let channel = context.channel

@@ -11,7 +11,6 @@ struct RequestRunner: Sendable {
     let responder: RouterResponder<APIContext>
     let executor: any TaskExecutor
     let logger: Logger
-    let dates = HTTPDate()
 
     /// Starts answering `request`; `connection` is given the response on its event loop.
     func start(_ request: Request, channel: any Channel, connection: NIOLoopBound<APIConnection>) {
@@ -25,7 +24,6 @@ struct RequestRunner: Sendable {
                 logger.debug("unanswered error", metadata: ["error.type": "\(type(of: error))"])
                 response = Response(status: .internalServerError)
             }
-            response.headers[.date] = dates.now()
             let stream = ResponseStream(head: response.head, channel: channel, connection: connection)
             do {
                 try await response.body.write(ResponseStream.Writer(stream: stream))
