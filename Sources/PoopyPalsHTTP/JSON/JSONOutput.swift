@@ -112,7 +112,7 @@ struct BoundedJSON {
     private(set) var overflowed = false
     fileprivate(set) var recentDay: Timestamp.RecentDay
 
-    init(buffer: UnsafeMutableBufferPointer<UInt8>, recentDay: Timestamp.RecentDay = .init()) {
+    init(buffer: UnsafeMutableBufferPointer<UInt8>, recentDay: Timestamp.RecentDay) {
         self.buffer = buffer
         self.recentDay = recentDay
     }

@@ -166,7 +166,7 @@ struct Bench: AsyncParsableCommand {
             let (devices, httpSeconds, referenceTarget) = (self.devices, seconds * 2, target)
             // The data layer doing each route's work (list for GET, create for POST), measured as the scenarios are.
             let reference: @Sendable (String, Int) async throws -> Double = { route, connections in
-                let name = route.hasPrefix("GET") ? "list 20 newest logs" : "create log"
+                let name = HTTPLoad.scenarioName(for: route)
                 guard let scenario = Scenario.all(devices: devices).first(where: { $0.name == name }) else { throw BenchError("no scenario \(name)") }
                 let pool = ConnectionPool(configuration: .init(connection: referenceTarget, maxConnections: connections))
                 let repositories = Scenario.Repositories(database: Database(pool: pool))

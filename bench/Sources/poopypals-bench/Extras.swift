@@ -176,6 +176,11 @@ enum HTTPLoad {
         return rows
     }
 
+    /// The scenario doing a route's work in the data layer: list 20 for GET, create for POST.
+    static func scenarioName(for route: String) -> String {
+        route.hasPrefix("GET") ? "list 20 newest logs" : "create log"
+    }
+
     /// The `wrk` scripts of the two routes: a random seeded device per request.
     static func scripts(devices: Int) -> [(route: String, script: String)] {
         [

@@ -101,7 +101,7 @@ struct Report: Encodable {
             text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request | data layer ops/s just before (list for GET, create for POST) | vs data layer | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
             for row in http {
                 let reference = row.dataLayerRequestsPerSecond
-                    ?? scenarios.first { $0.concurrency == row.connections && $0.scenario == (row.route.hasPrefix("GET") ? "list 20 newest logs" : "create log") }?.oursRate
+                    ?? scenarios.first { $0.concurrency == row.connections && $0.scenario == HTTPLoad.scenarioName(for: row.route) }?.oursRate
                 let ratio = reference.map { String(format: "%.2f", row.requestsPerSecond / max(1, $0)) } ?? "–"
                 let dataLayer = row.dataLayerRequestsPerSecond.map { String(format: "%.0f", $0) } ?? "–"
                 let peer = http.first { $0.server == HTTPLoad.peerName && $0.route == row.route && $0.connections == row.connections }
