@@ -100,6 +100,11 @@ struct HTTPRow: Encodable {
     /// The server process's CPU and context switches per request over the run (every thread; from /proc).
     var serverCPUMicrosecondsPerRequest: Double? = nil
     var serverContextSwitchesPerRequest: Double? = nil
+    /// Of those, the switches made while the thread still had work: the core was taken for another process.
+    var serverInvoluntarySwitchesPerRequest: Double? = nil
+    /// The share of the machine's CPU time (all cores) left idle during the run: near 0 when the cores are the
+    /// bound, not the server.
+    var machineIdleShare: Double? = nil
     /// Ours only: the data layer's rate for the same work (list for GET, create for POST) at the same concurrency,
     /// measured just before this run, in the bench process, while the server idled.
     var dataLayerRequestsPerSecond: Double? = nil
@@ -148,7 +153,7 @@ enum HTTPLoad {
             try script.write(to: file, atomically: true, encoding: .utf8)
             defer { try? FileManager.default.removeItem(at: file) }
             let dataLayer = try await reference?(route, connections)
-            let before = Child.usage(of: server)
+            let before = Child.usage(of: server), machineBefore = Child.machineTicks()
             let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "\(connections)", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
@@ -161,7 +166,7 @@ enum HTTPLoad {
                 .flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
-            let after = Child.usage(of: server)
+            let after = Child.usage(of: server), machineAfter = Child.machineTicks()
             let requests = completedRequests(in: output)
             var row = HTTPRow(server: name, route: route, connections: connections, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                               p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
@@ -169,6 +174,10 @@ enum HTTPLoad {
             if let before, let after, requests > 0 {
                 row.serverCPUMicrosecondsPerRequest = (after.cpuSeconds - before.cpuSeconds) * 1e6 / Double(requests)
                 row.serverContextSwitchesPerRequest = Double(after.switches - before.switches) / Double(requests)
+                row.serverInvoluntarySwitchesPerRequest = Double(after.involuntary - before.involuntary) / Double(requests)
+            }
+            if let machineBefore, let machineAfter, machineAfter.total > machineBefore.total {
+                row.machineIdleShare = Double(machineAfter.idle - machineBefore.idle) / Double(machineAfter.total - machineBefore.total)
             }
             rows.append(row)
         }
@@ -181,16 +190,32 @@ enum HTTPLoad {
         route.hasPrefix("GET") ? "list 20 newest logs" : "create log"
     }
 
+    /// The start of every `wrk` script: each of wrk's threads seeds its own generator. Unseeded, LuaJIT starts every
+    /// thread's `math.random` from the same state, so `-t2` sent the same device from both threads at about the same
+    /// moment: two uploads for one device then wait on each other's row lock (the device's change number), which
+    /// no other load here does (the data layer draws with `Int.random`).
+    static let seedEachThread = """
+        local threads = 0
+        function setup(thread)
+          threads = threads + 1
+          thread:set("thread_number", threads)
+        end
+        function init(args)
+          math.randomseed(thread_number * 7919)
+        end
+
+        """
+
     /// The `wrk` scripts of the two routes: a random seeded device per request.
     static func scripts(devices: Int) -> [(route: String, script: String)] {
         [
-            ("GET /v1/logs", """
+            ("GET /v1/logs", seedEachThread + """
                 request = function()
                   local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
                   return wrk.format("GET", "/v1/logs?limit=20", {["X-Device-ID"] = id})
                 end
                 """),
-            ("POST /v1/logs", """
+            ("POST /v1/logs", seedEachThread + """
                 request = function()
                   local id = string.format("00000000-0000-4000-8000-%012d", math.random(1, \(devices)))
                   return wrk.format("POST", "/v1/logs", {["X-Device-ID"] = id, ["Content-Type"] = "application/json"},

@@ -61,22 +61,36 @@ enum Child {
 
     /// A running process's CPU seconds (user + system, all threads) and context switches (voluntary and not,
     /// summed over its threads), from /proc.
-    static func usage(of pid: pid_t) -> (cpuSeconds: Double, switches: Int)? {
+    /// A process's CPU time and context switches (every thread), from `/proc`; `involuntary` are the switches the
+    /// kernel made while a thread still had work (another process took the core).
+    static func usage(of pid: pid_t) -> (cpuSeconds: Double, switches: Int, involuntary: Int)? {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let close = stat.lastIndex(of: ")") else { return nil }
         // After "pid (comm)": state is field 3, utime 14, stime 15.
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
-        var switches = 0
+        var switches = 0, involuntary = 0
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
         for task in tasks {
             guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8) else { continue }
             for line in status.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:") {
-                switches += Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+                let count = Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+                switches += count
+                if line.hasPrefix("nonvoluntary") { involuntary += count }
             }
         }
-        return ((user + system) / ticks, switches)
+        return ((user + system) / ticks, switches, involuntary)
+    }
+
+    /// The machine's CPU time so far, all cores: idle (with I/O wait) and total, in ticks (`/proc/stat`).
+    static func machineTicks() -> (idle: Int, total: Int)? {
+        guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = stat.split(separator: "\n").first, line.hasPrefix("cpu ") else { return nil }
+        let values = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+        guard values.count >= 5 else { return nil }
+        // user nice system idle iowait irq softirq steal (guest time is already in user).
+        return (values[3] + values[4], values.prefix(8).reduce(0, +))
     }
 
     private static func status(_ termination: TerminationStatus) -> Int32 {

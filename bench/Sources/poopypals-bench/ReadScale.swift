@@ -90,13 +90,13 @@ enum ReadScale {
             }
             let device = #"string.format("00000000-0000-4000-8000-%012d", math.random(1, \#(devices)))"#
             let workloads = [
-                ("GET /v1/logs", """
+                ("GET /v1/logs", HTTPLoad.seedEachThread + """
                     request = function()
                       return wrk.format("GET", "/v1/logs?limit=20", {["X-Device-ID"] = \(device)})
                     end
                     """),
                 // Each connection alternates: a write, then a read with the token of the latest write its thread saw.
-                ("POST /v1/logs, then GET /v1/logs with its token", """
+                ("POST /v1/logs, then GET /v1/logs with its token", HTTPLoad.seedEachThread + """
                     local token = nil
                     local writes = true
                     request = function()
