@@ -114,6 +114,57 @@ struct PoolTests {
         }
     }
 
+    /// The waiters share one deadline watcher: each still gets its own full `acquireTimeout`, counted from its own
+    /// arrival, and one served in time is not failed when the deadline it would have had comes.
+    @Test func eachWaiterWaitsItsOwnTimeoutAndOneServedInTimeIsNotFailedLater() async throws {
+        try await TestDatabase.with { db in
+            let timeout = Duration.seconds(1)
+            let pool = db.pool(size: 1, acquireTimeout: timeout)
+            let release = Locked(false)
+            let holding = Locked(false)
+            let holder = Task {
+                try await pool.withConnection { conn in
+                    holding.withLock { $0 = true }
+                    let deadline = Date().addingTimeInterval(30)
+                    while !release.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                    try conn.query("SELECT 1")
+                }
+            }
+            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+            // Two waiters 500 ms apart: the second must not be failed at the first one's deadline.
+            func waitAndTime() async -> (Duration, PostgresClientError?) {
+                let started = ContinuousClock.now
+                do {
+                    try await pool.withConnection { _ in }
+                    return (ContinuousClock.now - started, nil)
+                } catch {
+                    return (ContinuousClock.now - started, error as? PostgresClientError)
+                }
+            }
+            async let first = waitAndTime()
+            try await Task.sleep(for: .milliseconds(500))
+            async let second = waitAndTime()
+            let (firstWaited, firstError) = await first
+            let (secondWaited, secondError) = await second
+            #expect(firstError?.kind == .poolTimeout)
+            #expect(secondError?.kind == .poolTimeout)
+            #expect(firstWaited >= timeout, "\(firstWaited)")
+            #expect(secondWaited >= timeout, "failed before its own timeout: \(secondWaited)")
+            #expect(firstWaited < .seconds(15) && secondWaited < .seconds(15))
+
+            // A waiter served before its deadline: it succeeds, and nothing fails it when its deadline passes.
+            let served = Task { try await pool.withConnection { try $0.query("SELECT 2")[0].decode(0, as: Int.self) } }
+            try await Task.sleep(for: .milliseconds(100))
+            release.withLock { $0 = true }
+            try await holder.value
+            #expect(try await served.value == 2)
+            try await Task.sleep(for: timeout * 2)
+            #expect(try await pool.withConnection { try $0.query("SELECT 3")[0].decode(0, as: Int.self) } == 3)
+            #expect(pool.statistics.waiting == 0)
+            await pool.close()
+        }
+    }
+
     @Test func waitersAreServedInArrivalOrder() async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 1)
