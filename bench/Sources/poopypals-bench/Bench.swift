@@ -168,16 +168,9 @@ struct Bench: AsyncParsableCommand {
             let reference: @Sendable (String, Int) async throws -> Double = { route, connections in
                 let name = HTTPLoad.scenarioName(for: route)
                 guard let scenario = Scenario.all(devices: devices).first(where: { $0.name == name }) else { throw BenchError("no scenario \(name)") }
-                let pool = ConnectionPool(configuration: .init(connection: referenceTarget, maxConnections: connections))
-                let repositories = Scenario.Repositories(database: Database(pool: pool))
-                let executor = pool.taskExecutor()
-                _ = try await runLoad(concurrency: connections, duration: .milliseconds(500), executor: executor) { worker in
-                    try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
-                }
-                let measured = try await runLoad(concurrency: connections, duration: .seconds(httpSeconds), executor: executor) { _ in
-                    try await scenario.ours(repositories, Int.random(in: 1...devices))
-                }
-                await pool.close()
+                let load = try await OurLoad(scenario, concurrency: connections, target: referenceTarget, devices: devices)
+                let measured = try await load.run(seconds: httpSeconds)
+                await load.close()
                 return measured.opsPerSecond
             }
             http = try await HTTPLoad.run(serverBinary: serverBinary, peerBinary: peerBinary, databaseURL: try urlFor(target),
@@ -232,13 +225,8 @@ struct Bench: AsyncParsableCommand {
 
     private func measure(_ scenario: Scenario, concurrency level: Int, target: ConnectionConfiguration,
                          pgbench: PgBench, roundTrips: Int) async throws -> ReportRow {
-        let repositories = Scenario.Repositories(database: Database(pool: ConnectionPool(configuration: .init(connection: target, maxConnections: level))))
         let devices = self.devices
-        let executor = repositories.database.pool.taskExecutor()
-        // Warm up: open every connection and prepare the statements.
-        _ = try await runLoad(concurrency: level, duration: .milliseconds(500), executor: executor) { worker in
-            try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
-        }
+        let load = try await OurLoad(scenario, concurrency: level, target: target, devices: devices)
         var ours: [Measurement] = []
         var theirs: [Measurement] = []
         var nio: [Measurement] = []
@@ -248,16 +236,14 @@ struct Bench: AsyncParsableCommand {
         let peer = peerURL.flatMap { url in (try? NIOPeer.configuration(url: url, maximumConnections: level)).map { _ in url } }
         let benchBinary = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         for _ in 0..<rounds {
-            ours.append(try await runLoad(concurrency: level, duration: .seconds(seconds), executor: executor) { _ in
-                try await scenario.ours(repositories, Int.random(in: 1...devices))
-            })
+            ours.append(try await load.run(seconds: seconds))
             theirs.append(try await pgbench.run(script: scenario.pgbenchScript, concurrency: level, seconds: seconds))
             if let peer, let benchBinary {
                 nio.append(try await NIOPeer.measureInChild(binary: benchBinary, scenario: scenario.name, url: peer,
                                                             concurrency: level, seconds: seconds, devices: devices))
             }
         }
-        await repositories.database.pool.close()
+        await load.close()
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, nio: nio, roundTrips: roundTrips)
     }
 
@@ -270,4 +256,36 @@ struct Bench: AsyncParsableCommand {
         }
         return base + " dbname=poopypals_bench"
     }
+}
+
+/// Our data layer running a scenario at a concurrency: a pool of that many connections, warmed up (every connection
+/// opened, the statements prepared), then timed runs on random devices.
+struct OurLoad {
+    let scenario: Scenario
+    let concurrency: Int
+    let devices: Int
+    let repositories: Scenario.Repositories
+    let executor: any TaskExecutor
+
+    init(_ scenario: Scenario, concurrency: Int, target: ConnectionConfiguration, devices: Int) async throws {
+        self.scenario = scenario
+        self.concurrency = concurrency
+        self.devices = devices
+        let pool = ConnectionPool(configuration: .init(connection: target, maxConnections: concurrency))
+        repositories = Scenario.Repositories(database: Database(pool: pool))
+        executor = pool.taskExecutor()
+        let repositories = repositories
+        _ = try await runLoad(concurrency: concurrency, duration: .milliseconds(500), executor: executor) { worker in
+            try await scenario.ours(repositories, 1 + (worker * 7919) % devices)
+        }
+    }
+
+    func run(seconds: Int) async throws -> Measurement {
+        let (scenario, repositories, devices) = (scenario, repositories, devices)
+        return try await runLoad(concurrency: concurrency, duration: .seconds(seconds), executor: executor) { _ in
+            try await scenario.ours(repositories, Int.random(in: 1...devices))
+        }
+    }
+
+    func close() async { await repositories.database.pool.close() }
 }
