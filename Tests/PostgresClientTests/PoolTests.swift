@@ -90,17 +90,8 @@ struct PoolTests {
             let executor = placement.executor(of: pool)
             // The holder keeps the only connection until the waiter has given up (or 30 s): no race with a
             // busy machine's timers.
-            let holding = Locked(false)
             let waiterDone = Locked(false)
-            let holder = Task(executorPreference: executor) {
-                try await pool.withConnection { conn in
-                    holding.withLock { $0 = true }
-                    let deadline = Date().addingTimeInterval(30)
-                    while !waiterDone.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-                    try conn.query("SELECT 1")
-                }
-            }
-            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+            let holder = try await Self.holdTheOnlyConnection(of: pool, on: executor, until: waiterDone)
             // Had the wait not timed out, the borrow would succeed once the holder is done.
             let started = ContinuousClock.now
             let waiter = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
@@ -114,6 +105,23 @@ struct PoolTests {
         }
     }
 
+    /// Borrows the pool's only connection and keeps it until `release` is set (or 30 s), then runs a statement on
+    /// it; returns once the connection is held.
+    static func holdTheOnlyConnection(of pool: ConnectionPool, on executor: (any TaskExecutor)? = nil,
+                                      until release: Locked<Bool>) async throws -> Task<Void, any Error> {
+        let holding = Locked(false)
+        let holder = Task(executorPreference: executor) {
+            try await pool.withConnection { conn in
+                holding.withLock { $0 = true }
+                let deadline = Date().addingTimeInterval(30)
+                while !release.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+                try conn.query("SELECT 1")
+            }
+        }
+        while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+        return holder
+    }
+
     /// The waiters share one deadline watcher: each still gets its own full `acquireTimeout`, counted from its own
     /// arrival, and one served in time is not failed when the deadline it would have had comes.
     @Test func eachWaiterWaitsItsOwnTimeoutAndOneServedInTimeIsNotFailedLater() async throws {
@@ -121,16 +129,7 @@ struct PoolTests {
             let timeout = Duration.seconds(1)
             let pool = db.pool(size: 1, acquireTimeout: timeout)
             let release = Locked(false)
-            let holding = Locked(false)
-            let holder = Task {
-                try await pool.withConnection { conn in
-                    holding.withLock { $0 = true }
-                    let deadline = Date().addingTimeInterval(30)
-                    while !release.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-                    try conn.query("SELECT 1")
-                }
-            }
-            while !holding.value { try await Task.sleep(for: .milliseconds(10)) }
+            let holder = try await Self.holdTheOnlyConnection(of: pool, until: release)
             // Two waiters 500 ms apart: the second must not be failed at the first one's deadline.
             func waitAndTime() async -> (Duration, PostgresClientError?) {
                 let started = ContinuousClock.now
