@@ -274,19 +274,20 @@ public final class ConnectionPool: Sendable {
     /// no one waits or the pool is closed.
     private func failExpiredWaiters() -> ContinuousClock.Instant? {
         let now = ContinuousClock.now
-        let (expired, next) = state.withLock { state -> ([Waiter], ContinuousClock.Instant?) in
+        // The counts for the message are the pool's as the waits end (the waiters that end among them).
+        let (expired, inUse, waiting, next) = state.withLock { state in
+            let (inUse, waiting) = (state.inUse, state.waiters.count)
             let expired = state.waiters.filter { $0.deadline <= now }
-            if !expired.isEmpty { state.waiters.removeAll { $0.deadline <= now } }
+            state.waiters.removeAll { $0.deadline <= now }
             let next = state.closed ? nil : state.waiters.lazy.map(\.deadline).min()
             if next == nil { state.waitWatcher = nil }
-            return (expired, next)
+            return (expired, inUse, waiting, next)
         }
         if !expired.isEmpty {
-            let waiting = statistics
             let timeout = configuration.acquireTimeout
             for waiter in expired {
                 waiter.fail(PostgresClientError(.poolTimeout,
-                    "no database connection became free within \(timeout) (\(waiting.inUse) in use, \(waiting.waiting) waiting)"))
+                    "no database connection became free within \(timeout) (\(inUse) in use, \(waiting) waiting)"))
             }
             logger.warning("database connection wait timed out", metadata: ["waiters": "\(expired.count)"])
         }

@@ -49,7 +49,7 @@ struct ResponseEncoder {
         // both was 15 string comparisons a response.
         var hasLength = false, hasFraming = false, hasDate = false
         for field in head.headerFields {
-            switch Framing(field.name) {
+            switch KnownField(field.name) {
             case .contentLength: hasLength = true; hasFraming = true
             case .transferEncoding: hasFraming = true
             case .date: hasDate = true
@@ -60,8 +60,12 @@ struct ResponseEncoder {
         hasLength = hasLength && mayHaveBody
         // Without a body: neither framing field. With a length: no Transfer-Encoding. Without one: ours, last.
         func written(_ field: HTTPField) -> Bool {
-            guard hasFraming, let framing = Framing(field.name), framing != .date else { return true }
-            return hasLength && framing == .contentLength
+            guard hasFraming else { return true }
+            switch KnownField(field.name) {
+            case .contentLength: return hasLength
+            case .transferEncoding: return false
+            case .date, nil: return true
+            }
         }
         let chunkedOnTheWire = mayHaveBody && !hasLength
         let chunkedField: StaticString = "transfer-encoding: chunked\r\n"
@@ -92,8 +96,8 @@ struct ResponseEncoder {
         chunked = chunkedOnTheWire && !bodySuppressed
     }
 
-    /// The fields `writeHead` looks for (the framing fields, and `Date`).
-    private enum Framing {
+    /// The fields `writeHead` looks for: the framing fields, and `Date`.
+    private enum KnownField {
         case contentLength, transferEncoding, date
 
         init?(_ name: HTTPField.Name) {
