@@ -105,6 +105,33 @@ struct UnitTests {
         #expect(query.description.contains("DROP") == false)
     }
 
+    /// The SQL text is built as bytes: every placeholder's number (one, two and three digits), a nil as NULL, a
+    /// quoted identifier and text that is not ASCII come out as the `String` they were built as before.
+    @Test func interpolationWritesEveryPlaceholderAndPieceOfText() {
+        let none: Int? = nil
+        let some: Int? = 7
+        let mixed: PostgresQuery = "SELECT \(1), \(none) AS \(identifier: "wé\"ird"), \(some) -- ü💩 \(unescaped: "é")"
+        #expect(mixed.sql == "SELECT $1, $2 AS \"wé\"\"ird\", $3 -- ü💩 é")
+        #expect(mixed.binds == ["1", nil, "7"])
+
+        var interpolation = PostgresQuery.StringInterpolation(literalCapacity: 0, interpolationCount: 0)
+        var expected = "VALUES ("
+        interpolation.appendLiteral("VALUES (")
+        for number in 1...120 {
+            if number > 1 {
+                interpolation.appendLiteral(", ")
+                expected += ", "
+            }
+            interpolation.appendInterpolation(number)
+            expected += "$\(number)"
+        }
+        interpolation.appendLiteral(")")
+        expected += ")"
+        let wide = PostgresQuery(stringInterpolation: interpolation)
+        #expect(wide.sql == expected)
+        #expect(wide.binds == (1...120).map { String($0) })
+    }
+
     @Test func dateTextRoundTripsAtMicrosecondPrecision() throws {
         for seconds in [0.0, -1.5, 1_700_000_000.123456, -62_135_596_800, 253_402_300_799.5] {
             let date = Date(timeIntervalSince1970: seconds)

@@ -13,6 +13,8 @@ public final class Database: Sendable {
     public let readPool: ConnectionPool?
     public let retryPolicy: RetryPolicy
     public let timeouts: RequestTimeouts
+    /// `timeouts` as the transaction sets them.
+    private let timeoutSettings: TimeoutSettings
     private let logger = Logger(label: "poopypals.db")
     private let retries = Counter(label: "poopypals_db_retries_total")
     private let readsOnPrimary = Counter(label: "poopypals_db_reads_on_primary_total")
@@ -23,6 +25,7 @@ public final class Database: Sendable {
         self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
+        timeoutSettings = TimeoutSettings(timeouts)
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.
@@ -83,12 +86,13 @@ public final class Database: Sendable {
         freshAt: ConsistencyToken?, recorder: CommitRecorder?, _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
+        let settings = timeoutSettings
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
         // wait for a slow reader between them) bounds each round trip instead.
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
-                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: timeouts,
+                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder)
                 do {
                     let value = try work(transaction)
