@@ -102,6 +102,9 @@ struct HTTPRow: Encodable {
     var serverContextSwitchesPerRequest: Double? = nil
     /// Of those, the switches made while the thread still had work: the core was taken for another process.
     var serverInvoluntarySwitchesPerRequest: Double? = nil
+    /// The database server's CPU per request over the run (postmaster and every backend, from /proc): what the
+    /// SQL of a request costs PostgreSQL, which shares the cores with the server and wrk.
+    var postgresCPUMicrosecondsPerRequest: Double? = nil
     /// The share of the machine's CPU time (all cores) left idle during the run: near 0 when the cores are the
     /// bound, not the server.
     var machineIdleShare: Double? = nil
@@ -120,25 +123,27 @@ enum HTTPLoad {
     static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int,
                     reference: (@Sendable (_ route: String, _ connections: Int) async throws -> Double)? = nil) async throws -> [HTTPRow] {
         let port = 18080 + Int.random(in: 0..<1000)
+        let postmaster = await postmasterProcessID(databaseURL: databaseURL)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
         let environment = ["DATABASE_URL": databaseURL, "AUTH_JWT_SECRET": String(repeating: "b", count: 40),
                            "LOG_LEVEL": "warning"]
         var rows = try await Child.whileRunning(serverBinary, ["serve", "--port", "\(port)", "--pool-size", "16"],
                                                 environment: environment, output: log) { server in
-            try await load("poopypals", port: port, log: log, server: server, seconds: seconds, devices: devices, reference: reference)
+            try await load("poopypals", port: port, log: log, server: server, postmaster: postmaster, seconds: seconds, devices: devices,
+                           reference: reference)
         }
         if let peerBinary {
             let peerPort = port + 1
             let peerLog = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-peer-\(peerPort).log").path
             rows += try await Child.whileRunning(peerBinary, ["--serve-peer", "\(peerPort)"], environment: ["DATABASE_URL": databaseURL],
                                                  output: peerLog) { server in
-                try await load(peerName, port: peerPort, log: peerLog, server: server, seconds: seconds, devices: devices)
+                try await load(peerName, port: peerPort, log: peerLog, server: server, postmaster: postmaster, seconds: seconds, devices: devices)
             }
         }
         return rows
     }
 
-    private static func load(_ name: String, port: Int, log: String, server: pid_t, seconds: Int, devices: Int,
+    private static func load(_ name: String, port: Int, log: String, server: pid_t, postmaster: pid_t?, seconds: Int, devices: Int,
                              reference: (@Sendable (String, Int) async throws -> Double)? = nil) async throws -> [HTTPRow] {
         for _ in 0..<200 {
             if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("listening on") { break }
@@ -154,6 +159,7 @@ enum HTTPLoad {
             defer { try? FileManager.default.removeItem(at: file) }
             let dataLayer = try await reference?(route, connections)
             let before = Child.usage(of: server), machineBefore = Child.machineTicks()
+            let postgresBefore = postmaster.flatMap { Child.postgresCPUSeconds(postmaster: $0) }
             let (status, output) = try await Child.run(["wrk", "-t", "2", "-c", "\(connections)", "-d", "\(seconds)s", "--latency", "-s", file.path,
                                                  "http://127.0.0.1:\(port)"])
             guard status == 0 else { throw BenchError("wrk exited with \(status)") }
@@ -167,6 +173,7 @@ enum HTTPLoad {
             let non2xx = output.split(separator: "\n").first { $0.contains("Non-2xx or 3xx responses:") }
                 .flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
             let after = Child.usage(of: server), machineAfter = Child.machineTicks()
+            let postgresAfter = postmaster.flatMap { Child.postgresCPUSeconds(postmaster: $0) }
             let requests = completedRequests(in: output)
             var row = HTTPRow(server: name, route: route, connections: connections, requestsPerSecond: rate, p50Milliseconds: value("50%"),
                               p99Milliseconds: value("99%"), non2xx: non2xx, serverPeakRSSMiB: Child.peakResidentMiB(of: server))
@@ -176,6 +183,9 @@ enum HTTPLoad {
                 row.serverContextSwitchesPerRequest = Double(after.switches - before.switches) / Double(requests)
                 row.serverInvoluntarySwitchesPerRequest = Double(after.involuntary - before.involuntary) / Double(requests)
             }
+            if let postgresBefore, let postgresAfter, requests > 0 {
+                row.postgresCPUMicrosecondsPerRequest = (postgresAfter - postgresBefore) * 1e6 / Double(requests)
+            }
             if let machineBefore, let machineAfter, machineAfter.total > machineBefore.total {
                 row.machineIdleShare = Double(machineAfter.idle - machineBefore.idle) / Double(machineAfter.total - machineBefore.total)
             }
@@ -183,6 +193,15 @@ enum HTTPLoad {
         }
         }
         return rows
+    }
+
+    /// The PostgreSQL server's postmaster, when it runs on this machine: the parent of a backend of ours.
+    private static func postmasterProcessID(databaseURL: String) async -> pid_t? {
+        guard let connection = try? Connection(configuration: ConnectionConfiguration(connectionString: databaseURL)) else { return nil }
+        let backend = connection.serverProcessID
+        guard let stat = try? String(contentsOfFile: "/proc/\(backend)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        return stat[stat.index(after: close)...].split(separator: " ").dropFirst().first.flatMap { pid_t($0) }
     }
 
     /// The scenario doing a route's work in the data layer: list 20 for GET, create for POST.

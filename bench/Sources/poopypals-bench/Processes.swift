@@ -83,6 +83,27 @@ enum Child {
         return ((user + system) / ticks, switches, involuntary)
     }
 
+    /// The CPU seconds a PostgreSQL server has used so far: its postmaster (`postmaster`, the parent of any
+    /// backend: `pg_backend_pid()`'s parent), every child of it still running, and the children it has reaped
+    /// (their time is in the postmaster's `cutime`/`cstime`).
+    static func postgresCPUSeconds(postmaster: pid_t) -> Double? {
+        func times(_ pid: String) -> (parent: pid_t, own: Double, reaped: Double)? {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            // After "pid (comm)": ppid is field 4, utime 14, stime 15, cutime 16, cstime 17.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 14, let parent = pid_t(fields[1]), let user = Double(fields[11]), let system = Double(fields[12]),
+                  let childUser = Double(fields[13]), let childSystem = Double(fields[14]) else { return nil }
+            return (parent, user + system, childUser + childSystem)
+        }
+        guard let root = times("\(postmaster)") else { return nil }
+        var ticks = root.own + root.reaped
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where entry.first?.isNumber == true {
+            if let child = times(entry), child.parent == postmaster { ticks += child.own }
+        }
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// The machine's CPU time so far, all cores: idle (with I/O wait) and total, in ticks (`/proc/stat`).
     static func machineTicks() -> (idle: Int, total: Int)? {
         guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),

@@ -98,7 +98,7 @@ struct Report: Encodable {
         }
         if !http.isEmpty {
             text += "\nHTTP (`wrk -t2` with 32 and 64 connections; release `poopypals serve --pool-size 16`, and the \(HTTPLoad.peerName) peer with 16 connections, same SQL):\n\n"
-            text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request (involuntary) | machine idle | data layer ops/s just before (list for GET, create for POST) | vs data layer | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+            text += "| server | route | connections | req/s | p50 / p99 | non-2xx | server peak RSS | server CPU µs / context switches per request (involuntary) | PostgreSQL CPU µs per request | machine idle | data layer ops/s just before (list for GET, create for POST) | vs data layer | ours / peer |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
             for row in http {
                 let reference = row.dataLayerRequestsPerSecond
                     ?? scenarios.first { $0.concurrency == row.connections && $0.scenario == HTTPLoad.scenarioName(for: row.route) }?.oursRate
@@ -109,8 +109,9 @@ struct Report: Encodable {
                 let usage = String(format: "%.0f / %.1f (%.1f)", row.serverCPUMicrosecondsPerRequest ?? 0, row.serverContextSwitchesPerRequest ?? 0,
                                    row.serverInvoluntarySwitchesPerRequest ?? 0)
                 let idle = row.machineIdleShare.map { String(format: "%.0f %%", $0 * 100) } ?? "–"
-                text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
-                               row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage, idle,
+                let postgres = row.postgresCPUMicrosecondsPerRequest.map { String(format: "%.0f", $0) } ?? "–"
+                text += String(format: "| %@ | %@ | %d | %.0f | %.2f / %.2f ms | %d | %.1f MiB | %@ | %@ | %@ | %@ | %@ | %@ |\n", row.server, row.route, row.connections, row.requestsPerSecond,
+                               row.p50Milliseconds ?? 0, row.p99Milliseconds ?? 0, row.non2xx, row.serverPeakRSSMiB ?? 0, usage, postgres, idle,
                                row.server == "poopypals" ? dataLayer : "–", row.server == "poopypals" ? ratio : "–", versus)
             }
         }
