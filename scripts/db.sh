@@ -68,6 +68,8 @@ case "$cmd" in
         rm -rf "$STATE/data"; init_cluster
       elif ! local_running; then
         start_local
+      else
+        resume_stopped_backends
       fi
       cat "$STATE/url"
     elif docker_answers; then

@@ -2,6 +2,23 @@
 
 local_running() { [ -f "$STATE/data/postmaster.pid" ] && as_owner "$BINDIR/pg_ctl" -D "$STATE/data" status >/dev/null 2>&1; }
 
+# Tests simulate a hung server by stopping a backend (SIGSTOP) and resume it when they end. A run killed in
+# between (Ctrl-C, a pipe closed under it) leaves that backend stopped, and then every later DROP DATABASE on the
+# cluster waits for it for ever (wait event ProcSignalBarrier): the next make test hangs. Resumed here, when the
+# cluster is started for a new run.
+resume_stopped_backends() {
+  local postmaster pid state
+  postmaster=$(head -1 "$STATE/data/postmaster.pid" 2>/dev/null) || return 0
+  [ -n "$postmaster" ] || return 0
+  for pid in $(ps -o pid= --ppid "$postmaster" 2>/dev/null); do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || continue
+    if [ "$state" = T ]; then
+      kill -CONT "$pid" 2>/dev/null && say "resumed a stopped server process ($pid) left by an interrupted test run"
+    fi
+  done
+  return 0
+}
+
 init_cluster() {
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql creates it)"
