@@ -93,7 +93,6 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
     }
 
     /// The column number for `name`, matched exactly (no case folding, unlike `PQfnumber`).
-    @usableFromInline
     func columnNumber(_ name: String) -> Int? {
         if types.count > Self.linearLookupLimit { return columnIndex[name] }
         var name = name
@@ -108,82 +107,47 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         }
     }
 
-    /// Decodes one value. Inlinable, so that it is specialized where it is called, for the type asked for: as a
-    /// generic call from the data layer it cost 85 instructions a value of its own, 10 k of the 138 k a list of 20
-    /// logs costs (callgrind, `--profile-scenario`), in witness tables and indirect copies.
-    @inlinable
     func decode<T: PostgresDecodable>(_ type: T.Type, row: Int, column: Int) throws -> T {
-        let field = try field(row: row, column: column, expected: T.self)
-        do {
-            guard let bytes = field.bytes else { return try T.decodeNull() }
-            return field.binary ? try T.decode(postgresBinary: bytes, type: field.type)
-                                : try T.decode(postgresBytes: bytes, type: field.type)
-        } catch let failure as PostgresDecodingFailure {
-            throw decodingError(failure, column: column, expected: T.self)
-        }
-    }
-
-    /// One value where libpq holds it (valid while this result lives): `bytes` is nil for SQL NULL.
-    @usableFromInline
-    struct Field {
-        @usableFromInline let bytes: UnsafeBufferPointer<UInt8>?
-        @usableFromInline let binary: Bool
-        @usableFromInline let type: PostgresType
-    }
-
-    /// - Throws: `PostgresDecodingError` when the result has no such column or row.
-    @usableFromInline
-    func field(row: Int, column: Int, expected: Any.Type) throws -> Field {
         guard column >= 0, column < types.count else {
-            throw PostgresDecodingError(column: "#\(column)", expected: "\(expected)", actualType: "none",
+            throw PostgresDecodingError(column: "#\(column)", expected: "\(T.self)", actualType: "none",
                                         reason: "no such column")
         }
-        guard row >= 0, row < endIndex else {
-            throw decodingError(PostgresDecodingFailure("no such row"), column: column, expected: expected)
+        do {
+            guard row >= 0, row < endIndex else { throw PostgresDecodingFailure("no such row") }
+            let (row32, column32) = (Int32(truncatingIfNeeded: row), Int32(truncatingIfNeeded: column))  // both checked above
+            // A NULL has length 0: only an empty value is asked whether it is one (a call fewer for nearly every value).
+            let length = Swift.max(0, Int(PQgetlength(handle, row32, column32)))
+            if length == 0, PQgetisnull(handle, row32, column32) == 1 { return try T.decodeNull() }
+            // Read from libpq's bytes: UUIDs, timestamps and integers make no String on the way.
+            guard let value = PQgetvalue(handle, row32, column32) else { throw PostgresDecodingFailure("no such row") }
+            // No closure: libpq's `char *` read as bytes where it is.
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length)
+            return binary[column] ? try T.decode(postgresBinary: bytes, type: types[column])
+                                  : try T.decode(postgresBytes: bytes, type: types[column])
+        } catch let failure as PostgresDecodingFailure {
+            throw PostgresDecodingError(column: name(ofColumn: column), expected: "\(T.self)",
+                                        actualType: types[column].description, reason: failure.reason)
         }
-        let (row32, column32) = (Int32(truncatingIfNeeded: row), Int32(truncatingIfNeeded: column))  // both checked above
-        // A NULL has length 0: only an empty value is asked whether it is one (a call fewer for nearly every value).
-        let length = Swift.max(0, Int(PQgetlength(handle, row32, column32)))
-        if length == 0, PQgetisnull(handle, row32, column32) == 1 {
-            return Field(bytes: nil, binary: binary[column], type: types[column])
-        }
-        // Read from libpq's bytes: UUIDs, timestamps and integers make no String on the way.
-        guard let value = PQgetvalue(handle, row32, column32) else {
-            throw decodingError(PostgresDecodingFailure("no such row"), column: column, expected: expected)
-        }
-        let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length)
-        return Field(bytes: bytes, binary: binary[column], type: types[column])
-    }
-
-    @usableFromInline
-    func missingColumn(_ name: String, expected: Any.Type) -> PostgresDecodingError {
-        PostgresDecodingError(column: name, expected: "\(expected)", actualType: "none", reason: "no such column in the result")
-    }
-
-    /// `failure` with the column's name and type. `column` is a valid column number.
-    @usableFromInline
-    func decodingError(_ failure: PostgresDecodingFailure, column: Int, expected: Any.Type) -> PostgresDecodingError {
-        PostgresDecodingError(column: name(ofColumn: column), expected: "\(expected)",
-                              actualType: types[column].description, reason: failure.reason)
     }
 }
 
 /// One row of a `QueryResult`.
 public struct Row: Sendable {
     public let result: QueryResult
-    @usableFromInline let row: Int
+    let row: Int
 
     /// Decodes the column named `column`.
     /// - Throws: `PostgresDecodingError` naming the column and expected type.
-    @inlinable
     public func decode<T: PostgresDecodable>(_ column: String, as type: T.Type = T.self) throws -> T {
-        guard let number = result.columnNumber(column) else { throw result.missingColumn(column, expected: T.self) }
+        guard let number = result.columnNumber(column) else {
+            throw PostgresDecodingError(column: column, expected: "\(T.self)", actualType: "none",
+                                        reason: "no such column in the result")
+        }
         return try result.decode(type, row: row, column: number)
     }
 
     /// Decodes the column at `index` (0-based).
     /// - Throws: `PostgresDecodingError` naming the column and expected type.
-    @inlinable
     public func decode<T: PostgresDecodable>(_ index: Int, as type: T.Type = T.self) throws -> T {
         try result.decode(type, row: row, column: index)
     }

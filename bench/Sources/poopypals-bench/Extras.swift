@@ -123,7 +123,7 @@ enum HTTPLoad {
     static func run(serverBinary: String, peerBinary: String?, databaseURL: String, seconds: Int, devices: Int,
                     reference: (@Sendable (_ route: String, _ connections: Int) async throws -> Double)? = nil) async throws -> [HTTPRow] {
         let port = 18080 + Int.random(in: 0..<1000)
-        let postmaster = await postmasterProcessID(databaseURL: databaseURL)
+        let postmaster = postmasterProcessID(databaseURL: databaseURL)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-serve-\(port).log").path
         let environment = ["DATABASE_URL": databaseURL, "AUTH_JWT_SECRET": String(repeating: "b", count: 40),
                            "LOG_LEVEL": "warning"]
@@ -196,12 +196,9 @@ enum HTTPLoad {
     }
 
     /// The PostgreSQL server's postmaster, when it runs on this machine: the parent of a backend of ours.
-    private static func postmasterProcessID(databaseURL: String) async -> pid_t? {
+    private static func postmasterProcessID(databaseURL: String) -> pid_t? {
         guard let connection = try? Connection(configuration: ConnectionConfiguration(connectionString: databaseURL)) else { return nil }
-        let backend = connection.serverProcessID
-        guard let stat = try? String(contentsOfFile: "/proc/\(backend)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        return stat[stat.index(after: close)...].split(separator: " ").dropFirst().first.flatMap { pid_t($0) }
+        return Child.parentProcessID(of: connection.serverProcessID)
     }
 
     /// The scenario doing a route's work in the data layer: list 20 for GET, create for POST.

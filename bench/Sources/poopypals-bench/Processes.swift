@@ -59,16 +59,11 @@ enum Child {
         return kib / 1024
     }
 
-    /// A running process's CPU seconds (user + system, all threads) and context switches (voluntary and not,
-    /// summed over its threads), from /proc.
     /// A process's CPU time and context switches (every thread), from `/proc`; `involuntary` are the switches the
     /// kernel made while a thread still had work (another process took the core).
     static func usage(of pid: pid_t) -> (cpuSeconds: Double, switches: Int, involuntary: Int)? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return nil }
-        // After "pid (comm)": state is field 3, utime 14, stime 15.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        guard let fields = statFields(of: "\(pid)"), fields.count > 13, let user = Double(fields[11]),
+              let system = Double(fields[12]) else { return nil }
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         var switches = 0, involuntary = 0
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
@@ -88,11 +83,9 @@ enum Child {
     /// (their time is in the postmaster's `cutime`/`cstime`).
     static func postgresCPUSeconds(postmaster: pid_t) -> Double? {
         func times(_ pid: String) -> (parent: pid_t, own: Double, reaped: Double)? {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return nil }
-            // After "pid (comm)": ppid is field 4, utime 14, stime 15, cutime 16, cstime 17.
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            guard fields.count > 14, let parent = pid_t(fields[1]), let user = Double(fields[11]), let system = Double(fields[12]),
+            // cutime and cstime are fields 16 and 17.
+            guard let fields = statFields(of: pid), fields.count > 14, let parent = pid_t(fields[1]),
+                  let user = Double(fields[11]), let system = Double(fields[12]),
                   let childUser = Double(fields[13]), let childSystem = Double(fields[14]) else { return nil }
             return (parent, user + system, childUser + childSystem)
         }
@@ -102,6 +95,19 @@ enum Child {
             if let child = times(entry), child.parent == postmaster { ticks += child.own }
         }
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The parent of a running process (`ppid`, field 4 of `/proc/PID/stat`).
+    static func parentProcessID(of pid: pid_t) -> pid_t? {
+        statFields(of: "\(pid)").flatMap { $0.count > 1 ? pid_t($0[1]) : nil }
+    }
+
+    /// The fields of `/proc/PID/stat` after "pid (comm)": `[0]` is the state (field 3), `[1]` the parent (4),
+    /// `[11]` and `[12]` utime and stime (14, 15), `[13]` and `[14]` the reaped children's (16, 17).
+    private static func statFields(of pid: String) -> [Substring]? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        return stat[stat.index(after: close)...].split(separator: " ")
     }
 
     /// The machine's CPU time so far, all cores: idle (with I/O wait) and total, in ticks (`/proc/stat`).
