@@ -7,8 +7,9 @@
 #   scripts/cluster.sh start           ensure the formation runs with a primary and a secondary in sync; print the
 #                                      multi-host URL (target_session_attrs=read-write) on stdout
 #   scripts/cluster.sh url | pgbouncer-url   the multi-host URL, direct or through the two PgBouncers
-#   scripts/cluster.sh pgbouncer-restart     restart both PgBouncers (they cache their node's in_hot_standby: see
-#                                      below); print pgbouncer-url
+#   scripts/cluster.sh pgbouncer-restart [defaults]   restart both PgBouncers (they cache their node's
+#                                      in_hot_standby: see below); print pgbouncer-url. `defaults`: without our
+#                                      server_login_retry, server_connect_timeout and query_wait_timeout
 #   scripts/cluster.sh status          which node is primary / secondary, with ports (pg_autoctl show state)
 #   scripts/cluster.sh primary-port | secondary-port
 #   scripts/cluster.sh node-pids PORT  the node's keeper, its postmaster and every backend (one a line)
@@ -373,8 +374,8 @@ SQL
 
 # --- PgBouncer, one per node, like scripts/db.sh start_pgbouncer --------------------------------------------
 pgbouncer_pid() { local pid; pid=$(cat "$STATE/$1/pgbouncer.pid" 2>/dev/null || true); alive "$pid" && echo "$pid"; return 0; }
-start_pgbouncer() {  # pgbouncer1|pgbouncer2
-  local name=$1 node=node${1#pgbouncer} dir=$STATE/$1
+start_pgbouncer() {  # pgbouncer1|pgbouncer2 [defaults]
+  local name=$1 node=node${1#pgbouncer} dir=$STATE/$1 mode=${2:-tuned}
   [ -z "$(pgbouncer_pid "$name")" ] || return 0
   local bin; bin=$(pgbouncer_bin) || die "pgbouncer not found"
   local port attempt
@@ -382,9 +383,15 @@ start_pgbouncer() {  # pgbouncer1|pgbouncer2
   as_owner mkdir -p "$dir"
   echo "\"poopypals\" \"$(cat "$STATE/password")\"" | as_owner tee "$dir/userlist.txt" >/dev/null
   as_owner chmod 600 "$dir/userlist.txt"
+  # server_login_retry (default 15 s) is how long PgBouncer refuses logins after one failed connect to its node;
+  # server_connect_timeout (15 s) and query_wait_timeout (120 s) bound a client waiting for a server. `defaults`
+  # leaves all three at PgBouncer's defaults, keeping only what the README requires (failover.py --pgbouncer-defaults:
+  # the service must not depend on them).
+  local tuning="server_login_retry = 1
+server_connect_timeout = 3
+query_wait_timeout = 15"
+  [ "$mode" = defaults ] && tuning="; PgBouncer's defaults: server_login_retry, server_connect_timeout, query_wait_timeout"
   for attempt in $(seq 10); do
-    # server_login_retry (default 15 s) is how long PgBouncer refuses logins after one failed connect to its node;
-    # server_connect_timeout (15 s) and query_wait_timeout (120 s) bound a client waiting for a server.
     as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
 [databases]
 * = host=127.0.0.1 port=$(port_of "$node")
@@ -399,9 +406,7 @@ pool_mode = transaction
 max_client_conn = 1000
 default_pool_size = 20
 ignore_startup_parameters = extra_float_digits,options
-server_login_retry = 1
-server_connect_timeout = 3
-query_wait_timeout = 15
+$tuning
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI
@@ -598,6 +603,8 @@ case "$cmd" in
   resume-node) name=$(node_arg "${2:-}"); resume_node "$name" ;;
   restart-node) name=$(node_arg "${2:-}"); restart_node "$name" ;;
   pgbouncer-restart)
+    # With `defaults`: PgBouncer's own server_login_retry, server_connect_timeout and query_wait_timeout.
+    case "${2:-}" in ""|defaults) ;; *) die "usage: scripts/cluster.sh pgbouncer-restart [defaults]" ;; esac
     # PgBouncer caches the parameters its first server connection reported (in_hot_standby among them) and hands
     # them to every client login, so after a failover libpq's target_session_attrs=read-write believes a stale
     # answer. A fresh PgBouncer asks its node again: failover.py restarts them before each scenario.
@@ -609,7 +616,7 @@ case "$cmd" in
         while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
         if alive "$pid"; then kill -KILL "$pid"; fi
       fi
-      start_pgbouncer "$name"
+      start_pgbouncer "$name" "${2:-tuned}"
     done
     app_url pgbouncer1 pgbouncer2 ;;
   switchover) need_cluster; switchover ;;
@@ -619,5 +626,5 @@ case "$cmd" in
     stop_all quiet
     sock=$(socket_dir); case "$sock" in /tmp/poopypals-csock-*) rm -rf "$sock" ;; esac
     rm -rf "$STATE"; say "stopped; $STATE removed" ;;
-  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|wait-healthy [SECONDS]|stop|reset" ;;
+  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|wait-healthy [SECONDS]|stop|reset" ;;
 esac

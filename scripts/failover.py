@@ -2,11 +2,12 @@
 """Failover scenarios under bounded HTTP load through the real `poopypals serve` (Python 3 standard library only).
 
     scripts/failover.py --binary PATH [--scenario kill-primary|hang-primary|kill-standby|switchover|all]
-                        [--pgbouncer] [--migrations-dir DIR] [--keep-cluster]
+                        [--pgbouncer | --pgbouncer-defaults] [--migrations-dir DIR] [--keep-cluster]
 
 Each scenario: make sure the pg_auto_failover formation of scripts/cluster.sh is healthy (starting it if needed),
 apply the migrations (directly, never through PgBouncer), start `PATH serve` on a free port with the multi-host URL
-(or the PgBouncer one), register devices, run 6 threads of `POST /v1/logs` (client-chosen ids) with some
+(or the PgBouncer one; with --pgbouncer-defaults PgBouncers that keep PgBouncer's own server_login_retry,
+server_connect_timeout and query_wait_timeout, as the README allows), register devices, run 6 threads of `POST /v1/logs` (client-chosen ids) with some
 `GET /v1/logs` for 5 s, inject the fault, keep the load until writes have succeeded for 5 s in a row (60 s at most),
 heal (SIGCONT, or restart the killed node), wait for the formation to be healthy again, then list every device's logs
 through the API (a fresh `serve`) and compare with what was acknowledged.
@@ -16,7 +17,8 @@ Exit 0 when every criterion holds, 1 when one fails (each named), 2 when the har
 
 Criteria: no acknowledged (2xx) write missing afterwards; no request longer than 20 s; every answer is 2xx or a 503
 with Retry-After (another status, or a connection error to the service, fails); writes succeed again within 30 s of
-a crash, hang or standby loss and 10 s of a switchover; no write answered 503 `database_unavailable`, `timeout` or
+a crash, hang or standby loss and 10 s of a switchover, and (with --pgbouncer-defaults) the outage itself, from the
+first write that failed or stalled to that recovery, is at most 5 s; no write answered 503 `database_unavailable`, `timeout` or
 `busy` (codes that promise nothing changed) is found committed. 503 `outcome_unknown` may be either way: counted.
 
 The cluster is stopped at the end when this script started it (unless --keep-cluster).
@@ -44,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
 SCENARIOS = ["kill-primary", "hang-primary", "kill-standby", "switchover"]
 RECOVERY_LIMIT = {"kill-primary": 30.0, "hang-primary": 30.0, "kill-standby": 30.0, "switchover": 10.0}
+OUTAGE_LIMIT = 5.0    # with --pgbouncer-defaults: the longest a switchover may stop writes
 NOTHING_CHANGED = {"database_unavailable", "timeout", "busy"}  # 503 codes that promise the write did not happen
 
 STEADY = 5.0          # seconds of load before the fault
@@ -291,24 +294,36 @@ def recovery(outcomes, fault):
     return min(ends) if ends else None
 
 
+def outage_of(outcomes, fault, rec):
+    """How long writes stopped: from the start of the first write that failed or stalled (ended after the fault) to
+    the recovery. None when no write failed or stalled, or writes did not recover."""
+    bad = [o.start for o in outcomes if o.kind == "write" and o.end > fault and (not o.ok or o.duration > SLOW)]
+    return None if rec is None or not bad else rec - min(bad)
+
+
 # --- a scenario ----------------------------------------------------------------------------------------------------
 class Scenario:
     def __init__(self, name, args, workdir):
         self.name, self.args, self.workdir = name, args, workdir
         self.failures = []
         self.row = None
+        self.label = (" (pgbouncer defaults)" if args.pgbouncer_defaults else " (pgbouncer)" if args.pgbouncer else "")
+        self.through = (" (through PgBouncers with their default timeouts)" if args.pgbouncer_defaults
+                        else " (through PgBouncer)" if args.pgbouncer else "")
 
     def run(self):
         args = self.args
         started = time.monotonic()
-        say(f"--- {self.name}{' (through PgBouncer)' if args.pgbouncer else ''}")
+        say(f"--- {self.name}{self.through}")
         cluster("start", timeout=240)
         cluster("wait-healthy", "90", timeout=100)
         direct = cluster("url")
         # Fresh PgBouncers for each scenario: they cache the in_hot_standby their node reported first and give it
         # to every login, so after an earlier scenario's failover libpq's read-write check would be fooled
         # (measured: psql through the PgBouncer URL lands on the standby). Each scenario measures its own fault.
-        url = cluster("pgbouncer-restart") if args.pgbouncer else direct
+        url = direct
+        if args.pgbouncer:
+            url = cluster("pgbouncer-restart", *(["defaults"] if args.pgbouncer_defaults else []))
         migrate(args.binary, direct, args.migrations_dir)
 
         service = Service(args.binary, url, args.pgbouncer, os.path.join(self.workdir, f"serve-{self.name}.log"))
@@ -319,8 +334,8 @@ class Scenario:
             refused = next(filter(None, (register(service.port, device) for device in devices)), None)
             if refused:  # the service cannot write even before the fault: a failed scenario, not a harness error
                 self.failures.append(f"before the fault: {refused}")
-                self.row = {"scenario": self.name + (" (pgbouncer)" if args.pgbouncer else ""), "acked": 0,
-                            "lost": "-", "gap": "-", "longest": "-", "during": "-", "unknown": "-", "errored": "-",
+                self.row = {"scenario": self.name + self.label, "acked": 0,
+                            "lost": "-", "gap": "-", "outage": "-", "longest": "-", "during": "-", "unknown": "-", "errored": "-",
                             "result": "FAIL"}
                 say(f"{self.name}: FAILED: {self.failures[0]}")
                 return
@@ -418,14 +433,18 @@ class Scenario:
             self.failures.append(f"writes did not succeed again within {CAP:.0f} s")
         elif gap > limit:
             self.failures.append(f"writes succeeded again after {gap:.1f} s (> {limit:.0f} s)")
+        outage = outage_of(outcomes, fault, rec)
+        if self.args.pgbouncer_defaults and outage is not None and outage > OUTAGE_LIMIT:
+            self.failures.append(f"writes stopped for {outage:.1f} s (> {OUTAGE_LIMIT:.0f} s)")
         if broken_promises:
             codes = collections.Counter(o.code for o in broken_promises)
             self.failures.append("writes answered 503 " + ", ".join(f"{c}×{n}" for c, n in codes.items())
                                  + " are committed")
         self.row = {
-            "scenario": self.name + (" (pgbouncer)" if self.args.pgbouncer else ""),
+            "scenario": self.name + self.label,
             "acked": len(acked), "lost": len(lost),
             "gap": "none" if gap is None else f"{gap:.1f}",
+            "outage": "none" if gap is None else "0.0" if outage is None else f"{outage:.1f}",
             "longest": f"{longest.duration:.1f}",
             "during": ", ".join(f"{label}×{n}" for label, n in during.most_common()) or "-",
             "unknown": f"{unknown_committed}/{len(unknown)}",
@@ -503,7 +522,7 @@ def list_logs(binary, url, devices, log_path):
 
 
 def print_table(rows):
-    headers = [("scenario", "scenario"), ("acked", "acked writes"), ("lost", "lost"), ("gap", "gap s"),
+    headers = [("scenario", "scenario"), ("acked", "acked writes"), ("lost", "lost"), ("gap", "gap s"), ("outage", "outage s"),
                ("longest", "longest s"), ("unknown", "outcome_unknown committed"),
                ("errored", "conn-error writes committed"), ("result", "result"), ("during", "during the gap")]
     widths = [max(len(title), *(len(str(row[key])) for row in rows)) for key, title in headers]
@@ -534,7 +553,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="all", choices=SCENARIOS + ["all"])
     parser.add_argument("--pgbouncer", action="store_true", help="serve through the two PgBouncers")
+    parser.add_argument("--pgbouncer-defaults", action="store_true",
+                        help="serve through the two PgBouncers with PgBouncer's default server_login_retry, "
+                             "server_connect_timeout and query_wait_timeout; writes may stop 5 s at most")
     args = parse_common_arguments(parser)
+    args.pgbouncer = args.pgbouncer or args.pgbouncer_defaults
 
     workdir = os.path.join("/tmp", f"poopypals-failover-{os.getpid()}")
     os.makedirs(workdir, exist_ok=True)

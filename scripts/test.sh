@@ -84,7 +84,8 @@ fi
 
 # High availability on a real cluster (scripts/cluster.sh: pg_auto_failover, a monitor and two PostgreSQL 15 nodes with
 # synchronous replication, one PgBouncer per node), through the real `poopypals serve` under load: a killed primary,
-# a hung primary, a killed synchronous standby and a switchover, then the switchover again behind PgBouncer. Only on
+# a hung primary, a killed synchronous standby and a switchover, then the switchover again behind PgBouncer (the
+# cluster's tuned PgBouncers, then PgBouncers left at their default timeouts: writes may stop 5 s at most). Only on
 # the project's own servers (not with DATABASE_URL), and where pg_auto_failover is installed or installable (root).
 if [ -z "${DATABASE_URL:-}" ]; then
   echo
@@ -94,7 +95,8 @@ if [ -z "${DATABASE_URL:-}" ]; then
   else
     bin="$("$SWIFT" build --show-bin-path)/poopypals"
     if ! { python3 scripts/failover.py --binary "$bin" --scenario all --keep-cluster \
-           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer --keep-cluster; }; then
+           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer --keep-cluster \
+           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer-defaults --keep-cluster; }; then
       failed+=("failover")
     fi
     # Reads on the standby that never show less than the write (Consistency-Token), with its replay delayed.

@@ -64,6 +64,44 @@ struct RobustConnectionTests {
         }
     }
 
+    /// A URL asking for a writable server whose first host is a PgBouncer that cannot serve (here its pool for the
+    /// database is full, as when its node hangs or it refuses server logins for `server_login_retry` after losing
+    /// its node): the writable-host check there fails or waits, and the next host must be tried within the connect
+    /// timeout. Before, a failed check ended the search on the first host (a switchover behind default PgBouncers
+    /// stopped writes 15 s), and a queued check waited for PgBouncer's query_wait_timeout (120 s by default).
+    @Test(.enabled(if: TestEnvironment.hasPgBouncer, "needs PGBOUNCER_URL"))
+    func aHostThatCannotAnswerTheWritableCheckIsSkippedWithinTheConnectTimeout() async throws {
+        try await TestDatabase.with { db in
+            let environment = ProcessInfo.processInfo.environment
+            let bouncerURL = try #require(URLComponents(string: environment["PGBOUNCER_URL"] ?? ""))
+            let serverURL = try #require(URLComponents(string: environment["DATABASE_URL"] ?? ""))
+            let bouncerPort = try #require(bouncerURL.port), serverPort = try #require(serverURL.port)
+            // One password for both hosts: scripts/db.sh gives PgBouncer the server's.
+            let password = try #require(serverURL.password)
+            try #require(bouncerURL.password == password, "PgBouncer and the server have different passwords")
+            // Fill PgBouncer's pool for this database (default_pool_size 20): each open transaction pins one server.
+            var holders: [Connection] = []
+            for _ in 0..<20 {
+                let holder = try Connection(configuration: db.throughPgBouncer.configuration)
+                try holder.executeScript("BEGIN; SELECT 1")
+                holders.append(holder)
+            }
+            let user = serverURL.user ?? "poopypals"
+            let url = "postgresql://\(user):\(password)@127.0.0.1:\(bouncerPort),127.0.0.1:\(serverPort)/\(db.name)"
+                + "?target_session_attrs=read-write"
+            var configuration = ConnectionConfiguration(connectionString: url, connectTimeoutSeconds: 2, statementCache: false)
+            configuration.applicationName = "poopypals-tests"
+            let started = ContinuousClock.now
+            let connection = try Connection(configuration: configuration)
+            let waited = ContinuousClock.now - started
+            // Answered at once: through the full PgBouncer this query would queue, so this is the server itself.
+            let port = try connection.query("SELECT inet_server_port()")[0].decode(0, as: Int32.self)
+            #expect(port == Int32(serverPort))
+            #expect(waited < .seconds(30), "the check waited \(waited) on a PgBouncer that could not serve")
+            withExtendedLifetime(holders) {}  // the transactions stay open until here; deinit closes them
+        }
+    }
+
     @Test func theStatementCacheIsBoundedOnBothSides() async throws {
         try await TestDatabase.with { db in
             var configuration = db.configuration

@@ -232,4 +232,27 @@ struct UnitTests {
         }
         #expect(!WritableHostSearch(connectionString: nil).checksWritability)
     }
+
+    /// The writable-host check waits as long as one connect may, never without bound: libpq's 0 ("no limit") is
+    /// read as 10 s, and values under 2 s as 2 s, as libpq reads them.
+    @Test func theWritableHostCheckIsBoundedLikeAConnect() {
+        let url = "postgresql://u@a,b/db?target_session_attrs=read-write"
+        #expect(WritableHostSearch(connectionString: url).checkTimeout(default: 4) == .seconds(4))
+        #expect(WritableHostSearch(connectionString: url + "&connect_timeout=7").checkTimeout(default: 4) == .seconds(7))
+        #expect(WritableHostSearch(connectionString: url + "&connect_timeout=0").checkTimeout(default: 4) == .seconds(10))
+        #expect(WritableHostSearch(connectionString: url + "&connect_timeout=1").checkTimeout(default: 4) == .seconds(2))
+        #expect(WritableHostSearch(connectionString: url).checkTimeout(default: -1) == .seconds(10))
+    }
+
+    /// When no host is left, the error says whether they were standbys or could not answer.
+    @Test func noWritableHostSaysWhy() {
+        var search = WritableHostSearch(connectionString: "postgresql://u@a,b/db?target_session_attrs=read-write")
+        search.noteCheck(standby: true)
+        #expect(search.noWritableHost.contains("every host of the connection string is a standby"))
+        search.noteCheck(standby: nil)
+        #expect(search.noWritableHost.contains("1 a standby, 1 did not answer"))
+        var unanswered = WritableHostSearch(connectionString: "postgresql://u@a,b/db?target_session_attrs=read-write")
+        unanswered.noteCheck(standby: nil)
+        #expect(unanswered.noWritableHost.contains("no host of the connection string answered"))
+    }
 }

@@ -95,14 +95,19 @@ public final class Connection {
                     PQconnectdbParams(keywordPointers, valuePointers, expand)
                 }
             }
-            guard let connected = raw, PQstatus(connected) == CONNECTION_OK, search.checksWritability,
-                  WritableHostSearch.isStandby(connected) == true else { break }
-            // A standby passed for writable (a pooler's stale report): try the URL's next host, if any.
+            guard let connected = raw, PQstatus(connected) == CONNECTION_OK, search.checksWritability else { break }
+            let standby = WritableHostSearch.isStandby(connected,
+                timeout: search.checkTimeout(default: configuration.connectTimeoutSeconds))
+            if standby == false { break }
+            // A standby passed for writable (a pooler's stale report), or a host that could not say what it is (a
+            // PgBouncer refusing every server login for server_login_retry after its node went away, a node
+            // shutting down): try the URL's next host, if any. Ending the search there instead kept every
+            // retry on the first host for the pooler's 15 s while the second host's node was the new primary.
+            search.noteCheck(standby: standby)
             guard let next = search.dropHost(of: connected) else {
                 PQfinish(connected)
-                throw PostgresClientError(.connectionFailed,
-                    "cannot connect to PostgreSQL: every host of the connection string is a standby (read-only)",
-                    connectionFailure: .unreachable)
+                throw PostgresClientError(.connectionFailed, "cannot connect to PostgreSQL: \(search.noWritableHost)",
+                                          connectionFailure: .unreachable)
             }
             PQfinish(connected)
             hostOverride = next

@@ -1,4 +1,5 @@
 internal import CLibPQ
+import Foundation
 
 /// For a connection string that asks for a writable server (`target_session_attrs=read-write` or `primary`), the
 /// check libpq cannot make behind a pooler, and the next host to try.
@@ -24,6 +25,7 @@ struct WritableHostSearch {
             if let value = option.pointee.val { options[String(cString: keyword)] = String(cString: value) }
             option += 1
         }
+        connectTimeout = options["connect_timeout"].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard let attrs = options["target_session_attrs"], attrs == "read-write" || attrs == "primary",
               options["hostaddr"] == nil, let hostList = options["host"], !hostList.isEmpty else { return }
         let hosts = hostList.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
@@ -32,6 +34,20 @@ struct WritableHostSearch {
         guard ports.count == hosts.count, hosts.allSatisfy({ !$0.hasPrefix("/") }) else { return }
         candidates = Array(zip(hosts, ports)).map { (host: $0.0, port: $0.1) }
     }
+
+    /// The connection string's own `connect_timeout`, if it sets one.
+    private var connectTimeout: Int?
+
+    /// How long a host may take to answer the check: the connect timeout libpq uses (the string's, else
+    /// `seconds`), read as libpq reads it: 2 s at least, and 0 or less (no limit in libpq) as 10 s, never unbounded.
+    func checkTimeout(default seconds: Int) -> Duration {
+        let value = connectTimeout ?? seconds
+        return .seconds(value <= 0 ? 10 : max(2, value))
+    }
+
+    /// Hosts dropped so far: found to be standbys, and unable to answer the check.
+    private(set) var standbys = 0
+    private(set) var unanswered = 0
 
     /// True when the connection is to be checked after login.
     var checksWritability: Bool { candidates != nil }
@@ -52,13 +68,48 @@ struct WritableHostSearch {
         return (list.map(\.host).joined(separator: ","), list.map(\.port).joined(separator: ","))
     }
 
-    /// Asks the node `raw` reaches whether it is a standby (in recovery). Nil when the question itself failed.
-    static func isStandby(_ raw: OpaquePointer) -> Bool? {
-        guard let result = PQexec(raw, "SELECT pg_is_in_recovery()") else { return nil }
-        defer { PQclear(result) }
-        guard PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = PQgetvalue(result, 0, 0) else {
-            return nil
+    /// Counts a dropped host's answer: `true` (a standby) or nil (the check failed).
+    mutating func noteCheck(standby: Bool?) {
+        if standby == true { standbys += 1 } else { unanswered += 1 }
+    }
+
+    /// Why no host was taken, once every one was dropped.
+    var noWritableHost: String {
+        switch (standbys, unanswered) {
+        case (_, 0): return "every host of the connection string is a standby (read-only)"
+        case (0, _): return "no host of the connection string answered the writable-host check (pg_is_in_recovery())"
+        default: return "no host of the connection string is writable (\(standbys) a standby, \(unanswered) did not answer the check)"
         }
-        return String(cString: value) == "t"
+    }
+
+    /// Asks the node `raw` reaches whether it is a standby (in recovery), waiting at most `timeout` for the answer.
+    /// Nil when the question itself failed or was not answered in time: a PgBouncer queues the query while its pool
+    /// is full or its node hangs (for its `query_wait_timeout`, 120 s by default, or without end), and a blocking
+    /// `PQexec` held the connect, and the request behind it, as long. The connection is not reusable after a nil.
+    /// Schema-qualified: a `search_path` from the connection string cannot put another function in its place.
+    static func isStandby(_ raw: OpaquePointer, timeout: Duration) -> Bool? {
+        guard PQsendQuery(raw, "SELECT pg_catalog.pg_is_in_recovery()") == 1 else { return nil }
+        let deadline = ContinuousClock.now + timeout
+        while PQflush(raw) == 1 || PQisBusy(raw) == 1 {  // PQflush: a blocking socket has sent it all already
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { return nil }
+            let (seconds, attoseconds) = left.components
+            let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
+            var descriptor = pollfd(fd: PQsocket(raw), events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready < 0 && errno != EINTR { return nil }
+            if ready > 0 && PQconsumeInput(raw) == 0 { return nil }
+        }
+        var answer: Bool?
+        var first = true
+        while let result = PQgetResult(raw) {
+            defer { PQclear(result) }
+            guard first else { answer = nil; continue }
+            first = false
+            if PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, let value = PQgetvalue(result, 0, 0) {
+                answer = String(cString: value) == "t"
+            }
+        }
+        return answer
     }
 }
