@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes Sources/PoopyPalsHTTP/OpenAPIDocument.swift from openapi.yaml, so that the service serves the document
+# Writes Sources/PoopyPalsHTTP/Server/OpenAPIDocument.swift from openapi.yaml, so that the service serves the document
 # it implements (GET /openapi.yaml) with no file to ship beside the binary. Run it after editing openapi.yaml;
 # a test fails while the two differ.
 set -euo pipefail
@@ -14,4 +14,4 @@ grep -q '"""#' openapi.yaml && { echo "embed-openapi: openapi.yaml holds \"\"\"#
   cat openapi.yaml
   echo '"""#'
   echo '}'
-} > Sources/PoopyPalsHTTP/OpenAPIDocument.swift
+} > Sources/PoopyPalsHTTP/Server/OpenAPIDocument.swift

@@ -78,6 +78,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
                 return .invalid(SyncController.path(ofOperation: index, field: field.field), field.reason)
             }
         case is OutcomeUnknown: return .outcomeUnknown
+        case is DeviceBusy: return .deviceBusy
         case is NIOTooManyBytesError:
             return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
         case let error as HTTPError:
@@ -119,6 +120,22 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     static var busy: APIError {
         var error = APIError(.serviceUnavailable, "busy", "the service is busy; try again shortly")
         error.headers[.retryAfter] = "1"
+        return error
+    }
+
+    /// This device has as many requests at the database as it may, and none finished in time (`DeviceSlots`).
+    static var deviceBusy: APIError {
+        var error = APIError(.tooManyRequests, "device_busy",
+                             "this device has too many requests in progress; nothing was changed; try again shortly")
+        error.headers[.retryAfter] = "1"
+        return error
+    }
+
+    /// This device already has an export being prepared or read, or the instance prepares as many as it may.
+    static var exportBusy: APIError {
+        var error = APIError(.tooManyRequests, "export_busy",
+                             "an export of this device is in progress, or too many exports are; try again shortly")
+        error.headers[.retryAfter] = "5"
         return error
     }
 

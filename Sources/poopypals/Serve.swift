@@ -16,7 +16,8 @@ struct Serve: AsyncParsableCommand {
             database after the statement timeout plus POOPYPALS_DEADLINE_MARGIN (default 1s); POOPYPALS_IDLE_TIMEOUT (default \
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
-            (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections. SIGTERM or SIGINT: stop \
+            (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections; POOPYPALS_MAX_EXPORTS \
+            (default 4) bounds exports prepared or read at once, one per device. SIGTERM or SIGINT: stop \
             accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
@@ -86,6 +87,10 @@ struct Serve: AsyncParsableCommand {
         if let text = environment["POOPYPALS_MAX_CONNECTIONS"], !text.isEmpty {
             guard let value = Int(text), (1...100_000).contains(value) else { throw CommandFailure("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
             configuration.maxConnections = value
+        }
+        if let text = environment["POOPYPALS_MAX_EXPORTS"], !text.isEmpty {
+            guard let value = Int(text), (1...64).contains(value) else { throw CommandFailure("POOPYPALS_MAX_EXPORTS must be 1…64", status: .checkFailed) }
+            configuration.maxExports = value
         }
         do {
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)

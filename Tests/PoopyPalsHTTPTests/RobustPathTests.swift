@@ -96,6 +96,8 @@ struct RobustPathTests {
         }
     }
 
+    /// A full pool is a 503 `busy` (overload), not `database_unavailable`; and `/readyz` says the instance cannot
+    /// serve while its connections are all held and requests time out waiting.
     @Test func aFullPoolIsA503BusyNotDatabaseUnavailable() async throws {
         try await TestDatabase.withAPI(poolSize: 1, configure: {
             $0.acquireTimeout = .milliseconds(300)
@@ -114,10 +116,15 @@ struct RobustPathTests {
             #expect(busy.status == 503)
             #expect(busy.errorCode == "busy")
             #expect(busy.header("Retry-After") != nil)
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            // Readiness tells the truth: this instance serves no one now (issue 41: it said 200 throughout).
+            let ready = try await api.send("GET", "/readyz")
+            #expect(ready.status == 503)
+            #expect(ready.errorCode == "busy")
             release.withLock { $0 = true }
             #expect(try await blocked.status == 201)
             try await lock.value
+            // Once a connection is free again, ready again.
+            #expect(try await api.send("GET", "/readyz").status == 200)
         }
     }
 

@@ -19,8 +19,12 @@ public final class Database: Sendable {
     private let retries = Counter(label: "poopypals_db_retries_total")
     private let readsOnPrimary = Counter(label: "poopypals_db_reads_on_primary_total")
 
+    /// At most this many requests of one device hold a connection at once (the rest wait without one).
+    public let deviceSlots: DeviceSlots
+
     public init(pool: ConnectionPool, readPool: ConnectionPool? = nil, retryPolicy: RetryPolicy = .default,
-                timeouts: RequestTimeouts = .default) {
+                timeouts: RequestTimeouts = .default, deviceSlots: DeviceSlots = DeviceSlots()) {
+        self.deviceSlots = deviceSlots
         self.pool = pool
         self.readPool = readPool
         self.retryPolicy = retryPolicy
@@ -52,10 +56,22 @@ public final class Database: Sendable {
     ///
     /// With `snapshot: true` the transaction is REPEATABLE READ READ ONLY: every statement sees one state. With
     /// `readOnly: true` it is READ ONLY: a lost answer to its COMMIT is then a plain failure, never `OutcomeUnknown`.
+    /// At most `deviceSlots.perDevice` of one device's transactions run at once; the others wait for a slot, holding
+    /// no connection, and throw `DeviceBusy` after `deviceSlots.wait`.
     @discardableResult
     public func asDevice<T: Sendable>(
         _ device: DeviceID, idempotent: Bool = false, snapshot: Bool = false, readOnly: Bool = false,
         consistency: ConsistencyToken? = nil,
+        _ work: @escaping @Sendable (DeviceTransaction) throws -> T
+    ) async throws -> T {
+        try await deviceSlots.withSlot(device.key) {
+            try await onAPool(device, idempotent: idempotent, snapshot: snapshot, readOnly: readOnly,
+                              consistency: consistency, work)
+        }
+    }
+
+    private func onAPool<T: Sendable>(
+        _ device: DeviceID, idempotent: Bool, snapshot: Bool, readOnly: Bool, consistency: ConsistencyToken?,
         _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         // Read-only work goes to the read pool when there is one: there with the freshness check when the client

@@ -22,6 +22,30 @@ public struct PoopLog: Sendable, Equatable, Codable {
         Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down))
     }
 
+    /// An upper bound of this log's size in a response (its JSON object, with a sync change's wrapper): 320 bytes
+    /// for everything but the notes, and each byte of the notes as escaped (`\u00XX` for a control character).
+    public var responseSizeBound: Int {
+        guard let notes else { return 320 }
+        var size = 320
+        for byte in notes.utf8 {
+            size += byte < 0x20 ? 6 : (byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == UInt8(ascii: "/")) ? 2 : 1
+        }
+        return size
+    }
+
+    /// How many of `logs`, from the first, fit in `budget` bytes of response (`responseSizeBound`); at least one,
+    /// so that a page always moves on.
+    public static func countFitting(_ sizes: some Sequence<Int>, budget: Int) -> Int {
+        var total = 0
+        var count = 0
+        for size in sizes {
+            total += size
+            if count > 0 && total > budget { break }
+            count += 1
+        }
+        return count
+    }
+
     /// Notes as stored: an empty string is no notes (NULL), so that `"notes": ""` clears them.
     public static func storedNotes(_ notes: String?) -> String? {
         notes?.isEmpty == true ? nil : notes

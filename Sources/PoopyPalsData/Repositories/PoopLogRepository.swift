@@ -140,7 +140,8 @@ public struct PoopLogRepository: Sendable {
         }
     }
 
-    /// Logs newest first, `limit` at a time (1…200); `before` is a `nextCursor` from an earlier page.
+    /// Logs newest first, `limit` at a time (1…200), fewer when they would not fit in `PageBytes.budget` (long
+    /// notes); `before` is a `nextCursor` from an earlier page.
     /// - Throws: `InvalidField("limit" | "before", …)`.
     public func list(before cursor: String? = nil, limit: Int = 50, as device: DeviceID,
                      consistency: ConsistencyToken? = nil) async throws -> PoopLogPage {
@@ -152,8 +153,9 @@ public struct PoopLogRepository: Sendable {
             let result = try tx.finalQuery(query)
             return try PoopLog.decode(result.prefix(limit + 1), of: result)
         }
-        let items = Array(logs.prefix(limit))
-        let next = logs.count > limit ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
+        let fitting = PoopLog.countFitting(logs.prefix(limit).lazy.map(\.responseSizeBound), budget: PageBytes.budget)
+        let items = Array(logs.prefix(fitting))
+        let next = logs.count > fitting ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
         return PoopLogPage(items: items, nextCursor: next)
     }
 

@@ -51,7 +51,8 @@ public struct SyncRepository: Sendable {
         self.database = database
     }
 
-    /// Changes after `cursor` (nil: from the beginning), at most `limit`: one round trip.
+    /// Changes after `cursor` (nil: from the beginning), at most `limit`, fewer when they would not fit in
+    /// `PageBytes.budget` (long notes; `hasMore` then says so): one round trip.
     /// - Throws: `InvalidField("cursor" | "limit")`; `SyncError.cursorExpired` when tombstones the cursor had not
     ///   seen were purged (pull again from the beginning).
     ///
@@ -79,9 +80,12 @@ public struct SyncRepository: Sendable {
         }
         // From the beginning (0) is always complete: every live log is there, and deletes need no telling.
         if after > 0, after < purged { throw SyncError.cursorExpired }
-        let page = rows.prefix(limit)
+        let sizes = rows.prefix(limit).lazy.map { change -> Int in
+            if case .upsert(let log) = change.1 { log.responseSizeBound } else { 128 }
+        }
+        let page = rows.prefix(PoopLog.countFitting(sizes, budget: PageBytes.budget))
         let last = page.last?.0 ?? after
-        let hasMore = rows.count > limit
+        let hasMore = rows.count > page.count
         return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last, position: hasMore ? consistency : nil).encoded,
                         hasMore: hasMore)
     }

@@ -16,13 +16,14 @@ struct APIControllers: Sendable {
 
     /// Repositories are made once here: a repository resolves its metrics when it is created, which is no work
     /// for every request.
-    init(database: Database, probe: ConnectionPool? = nil, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry) {
+    init(database: Database, probe: ConnectionPool? = nil, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry,
+         maxExports: Int = 4) {
         let devices = DeviceRepository(database: database)
         device = DeviceController(devices: devices)
         logs = LogsController(logs: PoopLogRepository(database: database))
         profile = ProfileController(users: UserRepository(database: database), devices: devices, tokens: tokens)
         sync = SyncController(sync: SyncRepository(database: database))
-        dataRights = DataRightsController(devices: devices, export: DeviceExport(database: database))
+        dataRights = DataRightsController(devices: devices, export: DeviceExport(database: database), maxExports: maxExports)
         operations = OperationsController(database: database, probe: probe, metrics: metrics)
     }
 

@@ -8,10 +8,12 @@ import PoopyPalsData
 struct DataRightsController: Sendable {
     let devices: DeviceRepository
     let export: DeviceExport
+    let gate: ExportGate
 
-    init(devices: DeviceRepository, export: DeviceExport) {
+    init(devices: DeviceRepository, export: DeviceExport, maxExports: Int = 4) {
         self.devices = devices
         self.export = export
+        gate = ExportGate(limit: maxExports)
     }
 
     func register(on router: Router<APIContext>) {
@@ -42,54 +44,43 @@ struct DataRightsController: Sendable {
         return Response(status: .noContent)
     }
 
-    /// `{"device": …, "profile": …, "logs": [… oldest first …]}`, streamed as it is read: the reader's
-    /// pace decides how fast the database is read, and at most a few batches are held at once.
+    /// `{"device": …, "profile": …, "logs": [… oldest first …]}`. The transaction reads it into a spool (memory,
+    /// then an unlinked temporary file) and commits; only then is it streamed, at the reader's pace, with no database
+    /// connection held. At most `gate`'s number of exports at once, one per device.
     @Sendable func exportAll(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
         let consistency = try request.consistencyToken()
-        let channel = ChunkChannel()
-        let export = export
-        let producer = Task {
-            do {
-                let batches = BatchCounter()
-                let found = try await export.run(as: device, consistency: consistency) { part in
-                    var output = JSONOutput(capacity: 4096)
-                    switch part {
-                    case .header(let device, let profile):
-                        try ExportHead(device: DeviceBody(device), profile: profile.map(UserBody.init)).write(to: &output)
-                    case .logs(let logs):
-                        if batches.next() > 0 { output.raw(",") }
-                        try logs.map(LogBody.init).writeElements(to: &output)
-                    }
-                    try channel.send(Data(output.bytes))
-                }
-                if found { try channel.send(Data("]}".utf8)) }
-                channel.finish(found ? nil : APIError(.notFound, "not_found", "this device is not registered"))
-            } catch {
-                channel.finish(error)
+        guard gate.enter(device) else { throw APIError.exportBusy }
+        var handedOver = false
+        defer { if !handedOver { gate.leave(device) } }
+        let spool = ExportSpool()
+        let batches = BatchCounter()
+        let found = try await export.run(as: device, consistency: consistency) { part in
+            var output = JSONOutput(capacity: 4096)
+            switch part {
+            case .header(let device, let profile):
+                try ExportHead(device: DeviceBody(device), profile: profile.map(UserBody.init)).write(to: &output)
+            case .logs(let logs):
+                if batches.next() > 0 { output.raw(",") }
+                try logs.map(LogBody.init).writeElements(to: &output)
             }
+            try spool.append(output.bytes)
         }
-        // The status depends on the device existing: wait for the header before answering.
-        let head: Data?
-        do {
-            head = try await channel.next()
-        } catch {
-            channel.cancel()
-            producer.cancel()
-            throw error
-        }
-        guard let head else { throw APIError.internalError }
-        return Response(status: .ok, headers: [.contentType: JSONResponse.contentType, .cacheControl: "no-store"],
+        guard found else { throw APIError(.notFound, "not_found", "this device is not registered") }
+        try spool.append(Array("]}".utf8))
+        handedOver = true
+        let gate = gate
+        let logger = context.logger, requestID = context.requestID
+        return Response(status: .ok, headers: [.contentType: JSONResponse.contentType, .cacheControl: "no-store",
+                                               .contentLength: String(spool.count)],
                         body: ResponseBody { writer in
+            defer { gate.leave(device) }
             do {
-                try await writer.write(ByteBuffer(bytes: head))
-                while let chunk = try await channel.next() { try await writer.write(ByteBuffer(bytes: chunk)) }
+                while let chunk = try spool.read(upTo: 64 * 1024) { try await writer.write(ByteBuffer(bytes: chunk)) }
                 try await writer.finish(nil)
             } catch {
                 // Headers are gone: the client sees a cut-off body, never a valid-looking partial export.
-                channel.cancel()
-                producer.cancel()
-                context.logger.warning("export stopped", metadata: ["request_id": "\(context.requestID)", "error": "\(type(of: error))"])
+                logger.warning("export stopped", metadata: ["request_id": "\(requestID)", "error": "\(type(of: error))"])
                 throw error
             }
         })

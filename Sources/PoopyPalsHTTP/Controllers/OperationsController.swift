@@ -29,8 +29,17 @@ struct OperationsController: Sendable {
         try JSONResponse.make(.ok, writing: StatusBody.ok)
     }
 
-    /// Readiness (`Database.checkReadiness`): the node reached takes writes, within 3 s.
+    /// Readiness (`Database.checkReadiness`): the node reached takes writes, within 3 s, and the request pool can
+    /// serve (not every connection held while requests give up waiting for one: 503 `busy`).
     @Sendable func ready(_ request: Request, context: APIContext) async throws -> Response {
+        if database.pool.isStarved() {
+            context.logger.warning("not ready: every database connection is held and requests time out waiting", metadata: [
+                "request_id": "\(context.requestID)",
+            ])
+            var busy = APIError.busy
+            busy.message = "every database connection is in use and requests time out waiting for one; try again shortly"
+            throw busy
+        }
         do {
             try await database.checkReadiness(on: probe)
         } catch {

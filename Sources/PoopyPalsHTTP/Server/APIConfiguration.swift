@@ -36,6 +36,8 @@ public struct APIConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
     public var maxConnections = 8192
+    /// Exports prepared or streamed at once, one per device (`POOPYPALS_MAX_EXPORTS`); beyond it 429 `export_busy`.
+    public var maxExports = 4
     public var database: ConnectionConfiguration
     /// Standbys for read-only requests (`POOPYPALS_READ_DATABASE_URL`); nil: everything on `database`.
     public var readDatabase: ConnectionConfiguration?

@@ -30,7 +30,8 @@ func buildApplication(
     let registry = APIMetrics.registry
     let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
-    let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry)
+    let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry,
+                                maxExports: configuration.maxExports)
     // The route templates, to answer a known path with a wrong method 405 and `Allow`.
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)

@@ -113,8 +113,10 @@ paths:
     get:
       summary: Everything stored for the calling device, from one consistent snapshot (GDPR Art. 20)
       description: |
-        Streamed as it is read. If the stream breaks off (the connection closes before the closing `]}`), the
-        export is incomplete: request it again.
+        Read from the snapshot first, then sent with its `Content-Length`. If the stream breaks off (the connection
+        closes before the closing `]}`), the export is incomplete: request it again. One export per device at a
+        time, and a few per instance: else 429 `export_busy`, retry after `Retry-After`. A client that stops
+        reading for the request timeout (30 s) is cut off.
       operationId: exportDevice
       parameters:
         - $ref: '#/components/parameters/DeviceID'
@@ -135,6 +137,12 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '429':
+          description: '`export_busy`: this device already has an export in progress, or the instance serves as many as it may'
+          headers:
+            Retry-After: { schema: { type: integer } }
+            X-Request-ID: { $ref: '#/components/headers/RequestID' }
+          content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/logs:
     post:
@@ -166,6 +174,7 @@ paths:
         - $ref: '#/components/parameters/ConsistencyToken'
         - name: limit
           in: query
+          description: At most this many; fewer when long notes would make the page larger than 512 KiB (`nextCursor` then continues).
           schema: { type: integer, minimum: 1, maximum: 200, default: 50 }
         - name: before
           in: query
@@ -274,7 +283,7 @@ paths:
         - $ref: '#/components/parameters/RequestID'
         - $ref: '#/components/parameters/ConsistencyToken'
         - { name: cursor, in: query, required: false, schema: { type: string, maxLength: 64 } }
-        - { name: limit, in: query, required: false, schema: { type: integer, minimum: 1, maximum: 500, default: 100 } }
+        - { name: limit, in: query, required: false, description: 'At most this many; fewer when long notes would make the page larger than 512 KiB (`hasMore` then says so)', schema: { type: integer, minimum: 1, maximum: 500, default: 100 } }
       responses:
         '200': { description: A page of changes, content: { application/json: { schema: { $ref: '#/components/schemas/SyncPage' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }

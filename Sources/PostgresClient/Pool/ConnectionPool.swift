@@ -72,6 +72,8 @@ public final class ConnectionPool: Sendable {
         var waitWatcher: Task<Void, Never>?
         var nextWaiterID = 0
         var closed = false
+        /// When a waiter last gave up for want of a connection.
+        var lastWaitTimeout: ContinuousClock.Instant?
         var inUse: Int { lent.count }
     }
 
@@ -114,6 +116,17 @@ public final class ConnectionPool: Sendable {
     /// whenever a connection is free: no thread hand-off per request. The server runs each HTTP connection on it.
     /// Code on it may block for a database call; code that blocks for anything else belongs elsewhere.
     public func taskExecutor() -> any TaskExecutor { executor }
+
+    /// True while the pool cannot serve: a borrower gave up waiting for a connection within the last `window`, and
+    /// every connection is still lent out. (`/readyz` says so: an instance whose connections are all held, by slow
+    /// requests or clients, serves no one, however well its database answers.)
+    public func isStarved(window: Duration = .seconds(10)) -> Bool {
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard let last = state.lastWaitTimeout, now - last < window else { return false }
+            return state.idle.isEmpty && state.inUse >= configuration.maxConnections
+        }
+    }
 
     public var statistics: Statistics {
         state.withLock { Statistics(open: $0.slots, inUse: $0.inUse, idle: $0.idle.count, waiting: $0.waiters.count) }
@@ -279,6 +292,7 @@ public final class ConnectionPool: Sendable {
             let (inUse, waiting) = (state.inUse, state.waiters.count)
             let expired = state.waiters.filter { $0.deadline <= now }
             state.waiters.removeAll { $0.deadline <= now }
+            if !expired.isEmpty { state.lastWaitTimeout = now }
             let next = state.closed ? nil : state.waiters.lazy.map(\.deadline).min()
             if next == nil { state.waitWatcher = nil }
             return (expired, inUse, waiting, next)

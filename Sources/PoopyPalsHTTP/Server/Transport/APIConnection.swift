@@ -14,7 +14,9 @@ import Values
 ///
 /// - One request is answered at a time: what arrives meanwhile (pipelined requests) waits, in order. The socket
 ///   stays readable while a request is answered until something arrives; then it is not read again until the
-///   answer is out, so the queue holds one read's bytes at most. (Holding every read while answering took the
+///   answer is out, so the queue holds one read's bytes at most. A response that fills the socket's buffer must
+///   drain before the next request is taken, within the request timeout, or the connection is closed: a connection
+///   holds one unread response at most. (Holding every read while answering took the
 ///   socket's readiness out of epoll and put it back: two `epoll_ctl` calls a request.)
 /// - A body over the size limit is handed over as soon as it is (the route answers 413); the rest is skipped.
 /// - A body that fails part way (the stream ended before its Content-Length) is handed over failing (the route
@@ -279,8 +281,24 @@ final class APIConnection: ChannelDuplexHandler, RemovableChannelHandler {
         encoder.writeBody(chunk, allocator: context.channel.allocator) { context.write(wrapOutboundOut(.byteBuffer($0)), promise: nil) }
     }
 
-    /// After a response's last bytes: the next request, or the connection's end.
+    /// After a response's last bytes are handed to the channel. When the socket's buffer is full (a client that
+    /// does not read), the next request is not taken until this response has drained: a client pipelining requests
+    /// it never reads would otherwise have every answer built and held in memory, one after the other (200 such
+    /// connections grew the process past 1 GiB). A response that does not drain within the request timeout ends the
+    /// connection, as a stalled streamed one does.
     private func responseEnded(_ written: EventLoopFuture<Void>, context: ChannelHandlerContext) {
+        if context.channel.isWritable { return nextAfterResponse(written, context: context) }
+        let loop = context.eventLoop.assumeIsolated()
+        let stalled = loop.scheduleTask(in: requestTimeout) { [self] in closeNow(context: context) }
+        written.hop(to: context.eventLoop).assumeIsolated().whenComplete { [self] result in
+            stalled.cancel()
+            guard case .success = result, !closing else { return }
+            nextAfterResponse(written, context: context)
+        }
+    }
+
+    /// The response is out (or small enough to leave to the socket): the next request, or the connection's end.
+    private func nextAfterResponse(_ written: EventLoopFuture<Void>, context: ChannelHandlerContext) {
         answering = false
         open = max(0, open - 1)
         if open == 0 {

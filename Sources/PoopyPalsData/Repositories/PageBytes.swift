@@ -1,0 +1,7 @@
+/// The most bytes one page of logs or changes may take in a response, whatever its `limit`: with notes of 2 000
+/// characters a page of 500 changes was 4 MiB (12 with control characters escaped), built whole in memory for each
+/// request, so that clients that asked and never read grew the process by that much each. Honest pages (short or
+/// no notes) are far below it and keep their full `limit`.
+public enum PageBytes {
+    public static let budget = 512 * 1024
+}
