@@ -79,6 +79,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             }
         case is OutcomeUnknown: return .outcomeUnknown
         case is DeviceBusy: return .deviceBusy
+        case let error as QuotaExceeded: return APIError(.conflict, "quota_exceeded", "\(error.description); nothing was changed")
         case is NIOTooManyBytesError:
             return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
         case let error as HTTPError:

@@ -17,7 +17,8 @@ struct Serve: AsyncParsableCommand {
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
             (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections; POOPYPALS_MAX_EXPORTS \
-            (default 4) bounds exports prepared or read at once, one per device. SIGTERM or SIGINT: stop \
+            (default 4) bounds exports prepared or read at once, one per device; POOPYPALS_MAX_LOGS_PER_DEVICE (default \
+            100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores. SIGTERM or SIGINT: stop \
             accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
@@ -93,6 +94,7 @@ struct Serve: AsyncParsableCommand {
             configuration.maxExports = value
         }
         do {
+            configuration.quotas = try DeviceQuotas.fromEnvironment(environment)
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
         } catch {
             throw CommandFailure("\(error)", status: .checkFailed)

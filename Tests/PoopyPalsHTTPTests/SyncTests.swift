@@ -215,6 +215,8 @@ struct SyncTests {
             let purge = try await TestProject.run(["maintenance", "--database-url", db.url])
             #expect(purge.status == 0, "\(purge.stderr)")
             #expect(purge.stdout.contains("Purged 1 tombstone older than 90 days on 1 device."))
+            // The purged tombstone no longer counts against the device's quota (sql/0014).
+            #expect(try await QuotaTests.counts(db, device) == (0, 0))
             let expired = try await api.send("GET", "/v1/sync?cursor=\(try #require(early.cursor))", device: device)
             #expect(expired.status == 410)
             #expect(expired.errorCode == "cursor_expired")

@@ -22,14 +22,19 @@ public final class Database: Sendable {
     /// At most this many requests of one device hold a connection at once (the rest wait without one).
     public let deviceSlots: DeviceSlots
 
+    /// What one device may store (sql/0014), set in every device transaction.
+    public let quotas: DeviceQuotas
+
     public init(pool: ConnectionPool, readPool: ConnectionPool? = nil, retryPolicy: RetryPolicy = .default,
-                timeouts: RequestTimeouts = .default, deviceSlots: DeviceSlots = DeviceSlots()) {
+                timeouts: RequestTimeouts = .default, deviceSlots: DeviceSlots = DeviceSlots(),
+                quotas: DeviceQuotas = .default) {
         self.deviceSlots = deviceSlots
+        self.quotas = quotas
         self.pool = pool
         self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
-        timeoutSettings = TimeoutSettings(timeouts)
+        timeoutSettings = TimeoutSettings(timeouts, quotas: quotas)
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.
@@ -103,6 +108,7 @@ public final class Database: Sendable {
     ) async throws -> T {
         let timeouts = timeouts
         let settings = timeoutSettings
+        let quotas = quotas
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
         // wait for a slow reader between them) bounds each round trip instead.
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
@@ -116,6 +122,7 @@ public final class Database: Sendable {
                     return value
                 } catch {
                     Self.rollBack(connection)
+                    if let exceeded = quotas.exceeded(by: error) { throw exceeded }
                     // A read-only transaction commits nothing: its outcome is never unknown.
                     throw AttemptFailure(error: error, commitSent: transaction.commitSent && !transaction.readOnly)
                 }

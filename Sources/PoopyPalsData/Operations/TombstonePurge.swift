@@ -32,9 +32,11 @@ public struct TombstonePurge: Sendable {
                     DELETE FROM poop_log_tombstones WHERE deleted_at < now() - make_interval(days => \(days))
                     RETURNING device_id, change_seq
                 ), horizons AS (
-                    SELECT device_id, max(change_seq) AS seq FROM purged GROUP BY device_id
+                    SELECT device_id, max(change_seq) AS seq, count(*) AS n FROM purged GROUP BY device_id
                 ), moved AS (
-                    UPDATE devices d SET purged_through_seq = greatest(d.purged_through_seq, h.seq)
+                    -- The purged tombstones stop counting against the device's quota (sql/0014).
+                    UPDATE devices d SET purged_through_seq = greatest(d.purged_through_seq, h.seq),
+                                         tombstone_count = greatest(0, d.tombstone_count - h.n)
                     FROM horizons h WHERE d.id = h.device_id RETURNING d.id
                 )
                 SELECT (SELECT count(*) FROM purged)::int AS tombstones, (SELECT count(*) FROM moved)::int AS devices

@@ -36,6 +36,8 @@ public struct APIConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
     public var maxConnections = 8192
+    /// What one device may store (`POOPYPALS_MAX_LOGS_PER_DEVICE`, `POOPYPALS_MAX_TOMBSTONES_PER_DEVICE`).
+    public var quotas = DeviceQuotas.default
     /// Exports prepared or streamed at once, one per device (`POOPYPALS_MAX_EXPORTS`); beyond it 429 `export_busy`.
     public var maxExports = 4
     public var database: ConnectionConfiguration

@@ -28,7 +28,8 @@ func buildApplication(
 ) async throws -> some ApplicationProtocol {
     // Before anything creates a metric: one made before the backend exists stays a no-op for good.
     let registry = APIMetrics.registry
-    let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts)
+    let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts,
+                            quotas: configuration.quotas)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry,
                                 maxExports: configuration.maxExports)

@@ -46,6 +46,7 @@ paths:
         '401': { $ref: '#/components/responses/Unauthorized' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     get:
       summary: The calling device
@@ -59,6 +60,7 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     delete:
       summary: Erase the calling device, all its logs and sync history, and its profile when no other device links to it
@@ -73,6 +75,7 @@ paths:
         '204': { description: Erased }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/device/rotate:
     post:
@@ -108,6 +111,7 @@ paths:
         '409': { $ref: '#/components/responses/Conflict' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/export:
     get:
@@ -137,12 +141,7 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
-        '429':
-          description: '`export_busy`: this device already has an export in progress, or the instance serves as many as it may'
-          headers:
-            Retry-After: { schema: { type: integer } }
-            X-Request-ID: { $ref: '#/components/headers/RequestID' }
-          content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/logs:
     post:
@@ -164,6 +163,7 @@ paths:
         '409': { $ref: '#/components/responses/Conflict' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     get:
       summary: The device's logs, newest first
@@ -184,6 +184,7 @@ paths:
         '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/LogPage' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/logs/{id}:
     parameters:
@@ -203,6 +204,7 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     patch:
       summary: Change fields of a log; notes null clears them
@@ -219,6 +221,7 @@ paths:
         '404': { $ref: '#/components/responses/NotFound' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     delete:
       summary: Delete a log
@@ -228,6 +231,8 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '409': { $ref: '#/components/responses/Conflict' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/profile:
     put:
@@ -253,6 +258,7 @@ paths:
         '409': { $ref: '#/components/responses/Conflict' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     get:
       summary: The token's profile and the calling device
@@ -265,6 +271,7 @@ paths:
         '200': { description: The profile, content: { application/json: { schema: { $ref: '#/components/schemas/Profile' } } } }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /v1/sync:
     get:
@@ -289,6 +296,7 @@ paths:
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '410': { $ref: '#/components/responses/Gone' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     post:
       summary: Push a batch of operations (1-500) in one transaction - all or nothing
@@ -314,6 +322,7 @@ paths:
         '409': { $ref: '#/components/responses/Conflict' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
+        '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
   /openapi.yaml:
     get:
@@ -565,8 +574,20 @@ components:
     Conflict:
       description: |
         A log id in use with other content (`log_id_in_use`), a device that has not registered
-        (`device_not_registered`), or a rotation to a device id that is already registered (`device_id_in_use`)
+        (`device_not_registered`), a rotation to a device id that is already registered (`device_id_in_use`), or
+        a write that would take the device past its quota (`quota_exceeded`: live logs, POOPYPALS_MAX_LOGS_PER_DEVICE,
+        default 100 000; deleted logs awaiting purge, POOPYPALS_MAX_TOMBSTONES_PER_DEVICE, default 20 000); nothing
+        of the request was stored
       headers: { X-Request-ID: { $ref: '#/components/headers/RequestID' } }
+      content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
+    TooManyRequests:
+      description: |
+        Retry after `Retry-After` seconds, as for a 503; nothing was changed. `device_busy`: this device has as many
+        requests at the database as it may (two per instance) and none finished within 3 s; `export_busy` (export
+        only): an export of this device is in progress, or the instance prepares as many as it may.
+      headers:
+        Retry-After: { schema: { type: integer } }
+        X-Request-ID: { $ref: '#/components/headers/RequestID' }
       content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
     TooLarge:
       description: The body is larger than 64 KiB
