@@ -24,6 +24,15 @@ extension LoadTests {
         }
     }
 
+    /// Registers each device (`PUT /v1/device`), expecting 201.
+    static func register(_ devices: [UUID], base: String) async throws {
+        let url = try #require(URL(string: base + "/v1/device"))
+        for device in devices {
+            let put = try await TestHTTP.send("PUT", url, headers: ["X-Device-ID": device.uuidString], json: "{}", timeout: 30)
+            #expect(put.status == 201)
+        }
+    }
+
     /// The 99th percentile of `samples` (the largest but one of 100).
     static func p99(_ samples: [Duration]) -> Duration {
         let sorted = samples.sorted()
@@ -56,9 +65,7 @@ extension LoadTests {
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let device = UUID()
-            let put = try await TestHTTP.send("PUT", try #require(URL(string: base + "/v1/device")),
-                                              headers: ["X-Device-ID": device.uuidString], json: "{}", timeout: 30)
-            #expect(put.status == 201)
+            try await Self.register([device], base: base)
             try await db.seedLogs(deviceKey: device.deviceKey, count: 600)
             try await Self.setNotes(db, deviceKey: device.deviceKey, length: 2000)
             let request = "GET /v1/sync?limit=500 HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(device.uuidString)\r\n\r\n"
@@ -97,11 +104,7 @@ extension LoadTests {
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let big = UUID()
             let others = (0..<100).map { _ in UUID() }
-            for device in [big] + others {
-                let put = try await TestHTTP.send("PUT", try #require(URL(string: base + "/v1/device")),
-                                                  headers: ["X-Device-ID": device.uuidString], json: "{}", timeout: 30)
-                #expect(put.status == 201)
-            }
+            try await Self.register([big] + others, base: base)
             try await db.seedLogs(deviceKey: big.deviceKey, count: 20_000, notes: true)
             let normal = await Self.listEach(others, port: port)
             #expect(normal.allSatisfy { $0.0 == 200 })
@@ -155,11 +158,7 @@ extension LoadTests {
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let busy = UUID()
             let others = (0..<100).map { _ in UUID() }
-            for device in [busy] + others {
-                let put = try await TestHTTP.send("PUT", try #require(URL(string: base + "/v1/device")),
-                                                  headers: ["X-Device-ID": device.uuidString], json: "{}", timeout: 30)
-                #expect(put.status == 201)
-            }
+            try await Self.register([busy] + others, base: base)
             let normal = await Self.listEach(others, port: port)
             #expect(normal.allSatisfy { $0.0 == 200 })
             let url = try #require(URL(string: base + "/v1/sync"))
