@@ -1,4 +1,5 @@
 import Hummingbird
+import NIOCore
 import PoopyPalsData
 
 /// Per-request state: the request id (echoed in `X-Request-ID` and every log line), the calling device resolved
@@ -9,8 +10,12 @@ public struct APIContext: RequestContext {
     /// Set by `APIMiddleware` from `X-Device-ID`: the device, or why there is none.
     var resolvedDevice: Result<DeviceID, AuthenticationError> = .failure(.missingDeviceID)
 
+    /// The client's address as the socket gives it (a proxy's, behind one: `ClientNetwork`).
+    let remoteAddress: SocketAddress?
+
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress
     }
 
     /// Bodies over 64 KiB are refused with 413.

@@ -79,6 +79,7 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             }
         case is OutcomeUnknown: return .outcomeUnknown
         case is DeviceBusy: return .deviceBusy
+        case let error as RateLimited: return .rateLimited(error)
         case let error as QuotaExceeded: return APIError(.conflict, "quota_exceeded", "\(error.description); nothing was changed")
         case is NIOTooManyBytesError:
             return APIError(.contentTooLarge, "payload_too_large", "the request body is larger than 64 KiB")
@@ -121,6 +122,16 @@ public struct APIError: Error, HTTPResponseError, Sendable {
     static var busy: APIError {
         var error = APIError(.serviceUnavailable, "busy", "the service is busy; try again shortly")
         error.headers[.retryAfter] = "1"
+        return error
+    }
+
+    /// A rate limit of sql/0015: 429 with `Retry-After` and the IETF RateLimit headers
+    /// (draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy: "name";q=…;w=…` and `RateLimit: "name";r=0;t=…`).
+    static func rateLimited(_ limited: RateLimited) -> APIError {
+        var error = APIError(.tooManyRequests, "rate_limited", limited.description)
+        error.headers[.retryAfter] = String(limited.retryAfter)
+        error.headers[HTTPField.Name("RateLimit-Policy")!] = "\"\(limited.kind.rawValue)\";q=\(limited.quota);w=\(limited.window)"
+        error.headers[HTTPField.Name("RateLimit")!] = "\"\(limited.kind.rawValue)\";r=0;t=\(limited.retryAfter)"
         return error
     }
 

@@ -5,6 +5,7 @@ import Logging
 import PoopyPalsData
 import PoopyPalsHTTP
 import PostgresClient
+import NIOCore
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -18,7 +19,10 @@ struct Serve: AsyncParsableCommand {
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
             (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections; POOPYPALS_MAX_EXPORTS \
             (default 4) bounds exports prepared or read at once, one per device; POOPYPALS_MAX_LOGS_PER_DEVICE (default \
-            100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores. SIGTERM or SIGINT: stop \
+            100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores; \
+            POOPYPALS_DEVICE_WRITE_BURST (2000) and POOPYPALS_DEVICE_WRITES_PER_SECOND (20) its log writes, \
+            POOPYPALS_REGISTRATION_BURST (30) and POOPYPALS_REGISTRATIONS_PER_HOUR (120) the devices one network \
+            registers (X-Forwarded-For read only from POOPYPALS_TRUSTED_PROXIES). SIGTERM or SIGINT: stop \
             accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
             """)
 
@@ -89,12 +93,20 @@ struct Serve: AsyncParsableCommand {
             guard let value = Int(text), (1...100_000).contains(value) else { throw CommandFailure("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
             configuration.maxConnections = value
         }
+        if let text = environment["POOPYPALS_TRUSTED_PROXIES"], !text.isEmpty {
+            let proxies = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard proxies.count <= 64, proxies.allSatisfy({ (try? SocketAddress(ipAddress: $0, port: 0)) != nil }) else {
+                throw CommandFailure("POOPYPALS_TRUSTED_PROXIES must be IP addresses separated by commas (64 at most)", status: .checkFailed)
+            }
+            configuration.trustedProxies = proxies
+        }
         if let text = environment["POOPYPALS_MAX_EXPORTS"], !text.isEmpty {
             guard let value = Int(text), (1...64).contains(value) else { throw CommandFailure("POOPYPALS_MAX_EXPORTS must be 1…64", status: .checkFailed) }
             configuration.maxExports = value
         }
         do {
             configuration.quotas = try DeviceQuotas.fromEnvironment(environment)
+            configuration.rates = try RateLimits.fromEnvironment(environment)
             configuration.timeouts = try RequestTimeouts.fromEnvironment(environment)
         } catch {
             throw CommandFailure("\(error)", status: .checkFailed)

@@ -24,6 +24,9 @@ extension LoadTests {
         }
     }
 
+    /// These tests register a hundred devices from one address: more than its registration bucket holds.
+    static let manyRegistrations = ["POOPYPALS_REGISTRATION_BURST": "100000"]
+
     /// Registers each device (`PUT /v1/device`), expecting 201.
     static func register(_ devices: [UUID], base: String) async throws {
         let url = try #require(URL(string: base + "/v1/device"))
@@ -61,7 +64,7 @@ extension LoadTests {
     /// most 512 KiB and a connection takes its next request only once the previous answer has drained.
     @Test func twoHundredPipeliningNonReadersKeepTheServerUnder256MiB() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await ServeBinaryTests.serve(db)
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: Self.manyRegistrations)
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let device = UUID()
@@ -99,7 +102,7 @@ extension LoadTests {
     /// one at a time per device: 100 other devices are all answered, their p99 at most twice what it was before.
     @Test func nonReadingExportsLeaveEveryOtherDeviceServed() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await ServeBinaryTests.serve(db)
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: Self.manyRegistrations)
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let big = UUID()
@@ -153,7 +156,7 @@ extension LoadTests {
     /// `device_busy`. 100 other devices are all answered, their p99 at most twice what it was before.
     @Test func oneDevicesConcurrentPushesLeaveEveryOtherDeviceServed() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await ServeBinaryTests.serve(db)
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: Self.manyRegistrations)
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let busy = UUID()

@@ -24,17 +24,20 @@ public final class Database: Sendable {
 
     /// What one device may store (sql/0014), set in every device transaction.
     public let quotas: DeviceQuotas
+    /// How fast a device may write and a network register devices (sql/0015).
+    public let rates: RateLimits
 
     public init(pool: ConnectionPool, readPool: ConnectionPool? = nil, retryPolicy: RetryPolicy = .default,
                 timeouts: RequestTimeouts = .default, deviceSlots: DeviceSlots = DeviceSlots(),
-                quotas: DeviceQuotas = .default) {
+                quotas: DeviceQuotas = .default, rates: RateLimits = .default) {
         self.deviceSlots = deviceSlots
         self.quotas = quotas
+        self.rates = rates
         self.pool = pool
         self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
-        timeoutSettings = TimeoutSettings(timeouts, quotas: quotas)
+        timeoutSettings = TimeoutSettings(timeouts, quotas: quotas, rates: rates)
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.
@@ -109,6 +112,7 @@ public final class Database: Sendable {
         let timeouts = timeouts
         let settings = timeoutSettings
         let quotas = quotas
+        let rates = rates
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
         // wait for a slow reader between them) bounds each round trip instead.
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
@@ -123,6 +127,7 @@ public final class Database: Sendable {
                 } catch {
                     Self.rollBack(connection)
                     if let exceeded = quotas.exceeded(by: error) { throw exceeded }
+                    if let limited = rates.exceeded(by: error) { throw limited }
                     // A read-only transaction commits nothing: its outcome is never unknown.
                     throw AttemptFailure(error: error, commitSent: transaction.commitSent && !transaction.readOnly)
                 }

@@ -41,7 +41,7 @@ public final class DeviceTransaction {
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         prefix.append(PostgresQuery(unsafeSQL: Self.context, textBinds: [
             Database.serviceRole, UUIDText.lowercase(device.key), timeouts.statement, timeouts.lock, timeouts.idleInTransaction,
-            timeouts.maxLogs, timeouts.maxTombstones,
+            timeouts.maxLogs, timeouts.maxTombstones, timeouts.writeBurst, timeouts.writeRate,
         ]))
         if let freshAt {
             prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
@@ -54,12 +54,13 @@ public final class DeviceTransaction {
     private static let beginReadOnly: PostgresQuery = "BEGIN READ ONLY"
     private static let beginSnapshot: PostgresQuery = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     private static let commitStatement: PostgresQuery = "COMMIT"
-    /// The request's context: role, device, statement, lock and idle-in-transaction time limits ($1…$5), and the
-    /// device's quotas ($6, $7: sql/0014's triggers read them).
+    /// The request's context: role, device, statement, lock and idle-in-transaction time limits ($1…$5), the
+    /// device's quotas ($6, $7: sql/0014's triggers read them) and its write bucket ($8, $9: sql/0015's).
     private static let context = """
         SELECT set_config('role', $1, true), set_config('app.device_id', $2, true), set_config('statement_timeout', $3, true), \
         set_config('lock_timeout', $4, true), set_config('idle_in_transaction_session_timeout', $5, true), \
-        set_config('poopypals.max_logs_per_device', $6, true), set_config('poopypals.max_tombstones_per_device', $7, true)
+        set_config('poopypals.max_logs_per_device', $6, true), set_config('poopypals.max_tombstones_per_device', $7, true), \
+        set_config('poopypals.device_write_burst', $8, true), set_config('poopypals.device_write_rate', $9, true)
         """
 
     /// True once the transaction has begun on the server.

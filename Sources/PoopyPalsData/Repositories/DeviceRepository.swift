@@ -20,14 +20,23 @@ public struct DeviceRepository: Sendable {
     /// another kind keeps working, but no new one is created with it.
     /// - Throws: `InvalidField` before anything is sent; `RepositoryError.weakDeviceID` for a weak id that
     ///   is not registered; `PostgresError` otherwise.
-    public func register(_ info: DeviceInfo, as device: DeviceID) async throws -> Registration {
+    ///
+    /// With `network` (the client's, as `RateLimits.networkKey` makes it), a device really created takes a token of
+    /// that network's registration bucket (sql/0015), in the same statement: `RateLimited` when it is empty.
+    public func register(_ info: DeviceInfo, as device: DeviceID, network: String? = nil) async throws -> Registration {
         try info.validate()
         let strong = device.isStrong
+        let rates = database.rates
+        let (burst, rate) = (String(rates.registrationBurst), rates.registrationRate)
         return try await database.asDevice(device, idempotent: true) { tx in
             let rows = if strong {
+                // The bucket's settings come first, from the SELECT's own FROM: the AFTER INSERT trigger reads them.
                 try tx.finalQuery("""
                     INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator)
-                    VALUES (\(device.key), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator))
+                    SELECT \(device.key), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator)
+                    FROM (SELECT set_config('poopypals.client_network', \(network ?? ""), true),
+                                 set_config('poopypals.registration_burst', \(burst), true),
+                                 set_config('poopypals.registration_rate', \(rate), true)) AS registration
                     ON CONFLICT (id) DO UPDATE SET
                         model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version,
                         build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now()

@@ -17,9 +17,9 @@ struct APIControllers: Sendable {
     /// Repositories are made once here: a repository resolves its metrics when it is created, which is no work
     /// for every request.
     init(database: Database, probe: ConnectionPool? = nil, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry,
-         maxExports: Int = 4) {
+         maxExports: Int = 4, clientNetwork: ClientNetwork = ClientNetwork()) {
         let devices = DeviceRepository(database: database)
-        device = DeviceController(devices: devices)
+        device = DeviceController(devices: devices, clientNetwork: clientNetwork)
         logs = LogsController(logs: PoopLogRepository(database: database))
         profile = ProfileController(users: UserRepository(database: database), devices: devices, tokens: tokens)
         sync = SyncController(sync: SyncRepository(database: database))

@@ -5,6 +5,8 @@ import Values
 /// `/v1/device`: a phone registers itself (every launch) and reads its registration.
 struct DeviceController: Sendable {
     let devices: DeviceRepository
+    /// Whose registration bucket a new device takes (sql/0015).
+    var clientNetwork = ClientNetwork()
 
     func register(on router: Router<APIContext>) {
         router.put("/v1/device", use: put)
@@ -21,7 +23,8 @@ struct DeviceController: Sendable {
         let info = DeviceInfo(model: try body.string("model"), osVersion: try body.string("osVersion"),
                               appVersion: try body.string("appVersion"), buildNumber: try body.string("buildNumber"),
                               isSimulator: try body.bool("isSimulator") ?? false)
-        let registration = try await devices.register(info, as: device)
+        let network = clientNetwork.name(of: request, context: context).map(RateLimits.networkKey)
+        let registration = try await devices.register(info, as: device, network: network)
         return try JSONResponse.make(registration.created ? .created : .ok, writing: DeviceBody(registration.device))
     }
 

@@ -10,6 +10,7 @@ enum MetricsExposition {
         "poopypals_db_retries_total": "Request transactions run again after a transient failure (serialization, deadlock, lost connection, stale statement, a failover).",
         "poopypals_db_reads_on_primary_total": "Reads meant for the read pool run on the primary instead: the standby was behind the request's Consistency-Token, or unreachable.",
         "poopypals_profile_conflicts_total": "Profile creations that met a concurrent insert (SQLSTATE 23505) and returned the existing row.",
+        "poopypals_http_refusals_total": "Requests a limit refused, by code: rate_limited, device_busy, export_busy, quota_exceeded, busy.",
     ]
 
     static func render(_ registry: PrometheusCollectorRegistry) -> [UInt8] {

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Metrics
 import Logging
 import PoopyPalsData
 import Values
@@ -21,6 +22,9 @@ struct ErrorMiddleware: RouterMiddleware {
         }
     }
 
+    /// The codes of the limits that refuse a client (`poopypals_http_refusals_total{code}`).
+    static let refusals: Set<String> = ["rate_limited", "device_busy", "export_busy", "quota_exceeded", "busy"]
+
     /// The response for an error a handler (or a check before it) threw.
     func answer(_ error: any Error, to request: Request, context: APIContext) throws -> Response {
         if let error = error as? HTTPError, error.status == .notFound, (context.endpointPath ?? "NotFound") == "NotFound" {
@@ -33,6 +37,10 @@ struct ErrorMiddleware: RouterMiddleware {
             return try apiError.response(from: request, context: context)
         }
         let apiError = APIError.from(error)
+        if Self.refusals.contains(apiError.code) {
+            // Limits that refused a client, by reason: a bounded set of labels.
+            Counter(label: "poopypals_http_refusals_total", dimensions: [("code", apiError.code)]).increment()
+        }
         if apiError.status == .internalServerError {
             context.logger.error("request failed", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
         } else if apiError.status == .serviceUnavailable, !(error is APIError) {

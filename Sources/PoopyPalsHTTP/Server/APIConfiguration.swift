@@ -38,6 +38,10 @@ public struct APIConfiguration: Sendable {
     public var maxConnections = 8192
     /// What one device may store (`POOPYPALS_MAX_LOGS_PER_DEVICE`, `POOPYPALS_MAX_TOMBSTONES_PER_DEVICE`).
     public var quotas = DeviceQuotas.default
+    /// Log writes per device and registrations per client network (`POOPYPALS_DEVICE_WRITE_BURST`, …).
+    public var rates = RateLimits.default
+    /// Proxies whose `X-Forwarded-For` names the client (`POOPYPALS_TRUSTED_PROXIES`); from anyone else it is ignored.
+    public var trustedProxies: [String] = []
     /// Exports prepared or streamed at once, one per device (`POOPYPALS_MAX_EXPORTS`); beyond it 429 `export_busy`.
     public var maxExports = 4
     public var database: ConnectionConfiguration

@@ -29,10 +29,10 @@ func buildApplication(
     // Before anything creates a metric: one made before the backend exists stays a no-op for good.
     let registry = APIMetrics.registry
     let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts,
-                            quotas: configuration.quotas)
+                            quotas: configuration.quotas, rates: configuration.rates)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry,
-                                maxExports: configuration.maxExports)
+                                maxExports: configuration.maxExports, clientNetwork: ClientNetwork(trustedProxies: configuration.trustedProxies))
     // The route templates, to answer a known path with a wrong method 405 and `Allow`.
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)

@@ -582,11 +582,18 @@ components:
       content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
     TooManyRequests:
       description: |
-        Retry after `Retry-After` seconds, as for a 503; nothing was changed. `device_busy`: this device has as many
-        requests at the database as it may (two per instance) and none finished within 3 s; `export_busy` (export
-        only): an export of this device is in progress, or the instance prepares as many as it may.
+        Retry after `Retry-After` seconds, as for a 503; nothing was changed. `rate_limited`: this device wrote
+        more logs than its bucket allows (POOPYPALS_DEVICE_WRITE_BURST, default 2 000 at once, refilled at
+        POOPYPALS_DEVICE_WRITES_PER_SECOND, default 20), or a new device was registered from a network that
+        registered too many (POOPYPALS_REGISTRATION_BURST, default 30, refilled at POOPYPALS_REGISTRATIONS_PER_HOUR,
+        default 120); `RateLimit-Policy` and `RateLimit` (IETF draft-ietf-httpapi-ratelimit-headers) name the
+        policy. `device_busy`: this device has as many requests at the database as it may (two per instance) and
+        none finished within 3 s; `export_busy` (export only): an export of this device is in progress, or the
+        instance prepares as many as it may.
       headers:
         Retry-After: { schema: { type: integer } }
+        RateLimit-Policy: { description: 'With rate_limited: "device-writes" or "registrations", q (units) and w (seconds)', schema: { type: string } }
+        RateLimit: { description: 'With rate_limited: r=0 and t, the seconds until a unit is back', schema: { type: string } }
         X-Request-ID: { $ref: '#/components/headers/RequestID' }
       content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
     TooLarge:
