@@ -17,7 +17,8 @@ struct Serve: AsyncParsableCommand {
             database after the statement timeout plus POOPYPALS_DEADLINE_MARGIN (default 1s); POOPYPALS_IDLE_TIMEOUT (default \
             30s) closes a connection that sends nothing for that long (idle, or stalled in its headers or body); \
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
-            (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections; POOPYPALS_MAX_EXPORTS \
+            (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections, \
+            POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS (default 256) those of one address; POOPYPALS_MAX_EXPORTS \
             (default 4) bounds exports prepared or read at once, one per device; POOPYPALS_MAX_LOGS_PER_DEVICE (default \
             100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores; \
             POOPYPALS_DEVICE_WRITE_BURST (2000) and POOPYPALS_DEVICE_WRITES_PER_SECOND (20) its log writes, \
@@ -82,7 +83,11 @@ struct Serve: AsyncParsableCommand {
         }
         configuration.metricsPort = metrics
         configuration.metricsHost = metricsHost ?? environment["POOPYPALS_METRICS_HOST"].flatMap { $0.isEmpty ? nil : $0 } ?? "127.0.0.1"
-        configuration.tokenRequirements = TokenRequirements.fromEnvironment(environment)
+        do {
+            configuration.tokenRequirements = try TokenRequirements.fromEnvironment(environment)
+        } catch {
+            throw CommandFailure("\(error)", status: .checkFailed)
+        }
         if let text = environment["POOPYPALS_IDLE_TIMEOUT"], !text.isEmpty {
             do { configuration.idleTimeout = try RequestTimeouts.parse(text, name: "POOPYPALS_IDLE_TIMEOUT") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
         }
@@ -92,6 +97,12 @@ struct Serve: AsyncParsableCommand {
         if let text = environment["POOPYPALS_MAX_CONNECTIONS"], !text.isEmpty {
             guard let value = Int(text), (1...100_000).contains(value) else { throw CommandFailure("POOPYPALS_MAX_CONNECTIONS must be 1…100000", status: .checkFailed) }
             configuration.maxConnections = value
+        }
+        if let text = environment["POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS"], !text.isEmpty {
+            guard let value = Int(text), (1...100_000).contains(value) else {
+                throw CommandFailure("POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS must be 1…100000", status: .checkFailed)
+            }
+            configuration.maxConnectionsPerAddress = value
         }
         if let text = environment["POOPYPALS_TRUSTED_PROXIES"], !text.isEmpty {
             let proxies = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }

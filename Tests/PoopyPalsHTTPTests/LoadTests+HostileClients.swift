@@ -196,5 +196,34 @@ extension LoadTests {
             #expect(after <= max(before, .milliseconds(25)) * 2, "p99 \(after) against \(before) before")
         }
     }
+
+    /// One address may hold `POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS` connections; one more is closed at once, before
+    /// anything is read, and a slot freed is taken again. Nothing limited it: one client could hold every one of the
+    /// process's 8 192.
+    @Test func oneAddressHoldsAtMostItsShareOfConnections() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS": "8"])
+            defer { process.terminate() }
+            let port = try #require(Int(base.split(separator: ":").last ?? ""))
+            let health = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            let held = await Self.blocking { () -> [Int32] in (0..<8).compactMap { _ in LoadTests.connect(port: port) } }
+            #expect(held.count == 8)
+            var open = held
+            defer { for fd in open { close(fd) } }
+            for fd in held {
+                let answer = await Self.blocking { LoadTests.exchange(fd, health) }
+                #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer.prefix(80))")
+            }
+            let extra = try #require(await Self.blocking { LoadTests.connect(port: port) })
+            defer { close(extra) }
+            #expect(await Self.blocking { LoadTests.closedByServer(extra, within: 3) }, "a ninth connection stayed open")
+            close(open.removeFirst())
+            try await Task.sleep(for: .milliseconds(300))
+            let again = try #require(await Self.blocking { LoadTests.connect(port: port) })
+            defer { close(again) }
+            let answer = await Self.blocking { LoadTests.exchange(again, health) }
+            #expect(answer.hasPrefix("HTTP/1.1 200"), "a freed slot was not taken again: \(answer.prefix(80))")
+        }
+    }
     #endif
 }

@@ -225,7 +225,7 @@ struct LoadTests {
     /// Thousands of connections closed at once must not stall the server (issue: 6 000 → 4 s, 12 000 → 32 s).
     @Test func closingFourThousandConnectionsAtOnceDoesNotStallTheServer() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await ServeBinaryTests.serve(db)
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS": "100000"])
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let sockets = await Self.blocking {

@@ -36,6 +36,9 @@ public struct APIConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Connections held at once; beyond it, new ones wait in the kernel's backlog (`POOPYPALS_MAX_CONNECTIONS`).
     public var maxConnections = 8192
+    /// Connections one client address (IPv4 address, IPv6 /64) may hold at once; more are closed at once
+    /// (`POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS`). Trusted proxies are exempt.
+    public var maxConnectionsPerAddress = 256
     /// What one device may store (`POOPYPALS_MAX_LOGS_PER_DEVICE`, `POOPYPALS_MAX_TOMBSTONES_PER_DEVICE`).
     public var quotas = DeviceQuotas.default
     /// Log writes per device and registrations per client network (`POOPYPALS_DEVICE_WRITE_BURST`, …).

@@ -55,10 +55,11 @@ func buildApplication(
     // NIOAsyncChannel, is not used.
     let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger)
     let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
+    let perAddress = ConnectionsPerAddress(limit: configuration.maxConnectionsPerAddress, trustedProxies: configuration.trustedProxies)
     return Application(
         responder: requests.responder,
         server: HTTPServerBuilder { _ in
-            APIChildChannel(requests: requests, requestTimeout: requestTimeout, idleTimeout: idleTimeout)
+            APIChildChannel(requests: requests, requestTimeout: requestTimeout, idleTimeout: idleTimeout, perAddress: perAddress)
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),

@@ -21,9 +21,16 @@ struct APIChildChannel: ServerChildChannel {
     let requests: RequestRunner
     let requestTimeout: TimeAmount
     let idleTimeout: TimeAmount?
+    /// Nil: no limit per address.
+    var perAddress: ConnectionsPerAddress?
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
+            if let perAddress, !perAddress.admit(channel) {
+                logger.debug("connection refused: its address has as many open as it may", metadata: ["limit": "\(perAddress.limit)"])
+                channel.close(promise: nil)
+                return Value(channel: channel)
+            }
             var limits = NIOHTTPDecoderLimitConfiguration()
             limits.maxHeaderFieldSize = ParserErrors.maxFieldSize
             limits.maxHeaderListSize = ParserErrors.maxHeaderSize
