@@ -1,5 +1,5 @@
 /// The one way a duration is written in this project's configuration, options and environment: a number and a
-/// unit, `500ms`, `5s`, `1.5s`, `2m`. The unit is required: a bare `5` would be 5 s to one reader and 5 ms to
+/// unit, `500ms`, `5s`, `1.5s`, `2m`, `24h`, `7d`. The unit is required: a bare `5` would be 5 s to one reader and 5 ms to
 /// another (PostgreSQL's `statement_timeout`). At most 7 integer digits and 3 decimals, no sign, no exponent, no
 /// spaces, ASCII digits only, so that no value can overflow whatever the unit; ranges are the caller's.
 public enum DurationText {
@@ -13,6 +13,10 @@ public enum DurationText {
             rest = rest.dropLast(); scale = 1000
         } else if rest.hasSuffix("m") {
             rest = rest.dropLast(); scale = 60_000
+        } else if rest.hasSuffix("h") {
+            rest = rest.dropLast(); scale = 3_600_000
+        } else if rest.hasSuffix("d") {
+            rest = rest.dropLast(); scale = 86_400_000
         } else {
             return nil
         }
@@ -26,7 +30,7 @@ public enum DurationText {
             guard digits(parts[1], 1...3), let fraction = Int64(parts[1]) else { return nil }
             thousandths = fraction * [100, 10, 1][parts[1].utf8.count - 1]
         }
-        // integer × 60 000 + fraction: below 2^63 by far. Milliseconds are whole: `1.5ms` is refused.
+        // (integer × 1 000 + fraction) × 86 400 000 at most: below 2^63 (10^10 × 8.64 × 10^7 < 9.2 × 10^18). Milliseconds are whole: `1.5ms` is refused.
         let microseconds = (integer * 1000 + thousandths) * scale
         guard microseconds % 1000 == 0 || scale > 1 else { return nil }
         return .microseconds(microseconds)

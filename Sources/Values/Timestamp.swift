@@ -160,16 +160,16 @@ public enum Timestamp {
               reader.expect(UInt8(ascii: ":")), let minute = reader.number(2), reader.expect(UInt8(ascii: ":")),
               let second = reader.number(2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
         else { return nil }
-        var fraction = 0.0
+        // The fraction as whole nanoseconds (9 digits at most): summed as a Double it rounded .99999999 up.
+        var nanoseconds = 0
         if reader.expect(UInt8(ascii: ".")) {
-            var scale = 0.1
             let start = reader.index
             while reader.index < bytes.count, bytes[reader.index] >= 48, bytes[reader.index] <= 57, reader.index - start < 9 {
-                fraction += Double(bytes[reader.index] &- 48) * scale
-                scale /= 10
+                nanoseconds = nanoseconds * 10 + Int(bytes[reader.index] &- 48)
                 reader.index += 1
             }
             guard reader.index > start else { return nil }
+            for _ in 0..<(9 - (reader.index - start)) { nanoseconds *= 10 }
         }
         var offset = 0
         if reader.expect(UInt8(ascii: "Z")) || reader.expect(UInt8(ascii: "z")) {
@@ -190,6 +190,11 @@ public enum Timestamp {
         let dayNumber = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let (_, dayMonth, dayOfMonth) = CivilDays.civil(fromDays: dayNumber)
         guard dayMonth == Int64(month), dayOfMonth == Int64(day) else { return nil }
-        return Date(timeIntervalSince1970: Double(seconds - Int64(offset)) + fraction)
+        // Never past the second written: a Double near 10^9 s (or 2.5 × 10^11 s in year 9999) has no room for the
+        // last nanoseconds of a second, and whole + fraction rounded to the next second, even the next day or year
+        // (2000-02-29T23:59:59.99999999Z was read as 1 March; 1969-12-31T23:59:59.9999999Z as 1970). The value is
+        // the second written plus as much of the fraction as a Double holds below the next one.
+        let whole = Double(seconds - Int64(offset))
+        return Date(timeIntervalSince1970: min(whole + Double(nanoseconds) / 1e9, (whole + 1).nextDown))
     }
 }

@@ -17,7 +17,7 @@ struct DevToken: AsyncParsableCommand {
     @Option(help: "The user's email.")
     var email: String
 
-    @Option(help: "Lifetime in seconds.")
+    @Option(help: "Lifetime in seconds (at most AUTH_JWT_MAX_LIFETIME, default 24 h: serve refuses longer ones).")
     var expiresIn = 3600
 
     func validate() throws {
@@ -35,7 +35,13 @@ struct DevToken: AsyncParsableCommand {
         } else {
             throw CommandFailure("no AUTH_JWT_SECRET and no \(DevSecret.path): start `poopypals serve --dev` (or `make run`) first", status: .checkFailed)
         }
-        let verifier = try await TokenVerifier(secret: secret, requirements: .fromEnvironment(environment))
+        let requirements: TokenRequirements
+        do { requirements = try .fromEnvironment(environment) } catch { throw CommandFailure("\(error)", status: .checkFailed) }
+        // `serve` refuses a token that expires further ahead than its AUTH_JWT_MAX_LIFETIME: minting one is a mistake.
+        guard Duration.seconds(expiresIn) <= requirements.maxLifetime else {
+            throw CommandFailure("--expires-in \(expiresIn) is longer than AUTH_JWT_MAX_LIFETIME (\(requirements.maxLifetime.components.seconds) s), which serve accepts", status: .checkFailed)
+        }
+        let verifier = try await TokenVerifier(secret: secret, requirements: requirements)
         print(try await verifier.mint(userID: sub.flatMap { UUIDText.parse($0) } ?? UUIDText.random(), email: email, expiresIn: TimeInterval(expiresIn)))
     }
 }

@@ -212,4 +212,44 @@ struct AuthAndProfileTests {
             #expect(try await api.send("PUT", "/v1/profile", device: device, token: honest).status == 200)
         }
     }
+
+    /// Tokens are read as strictly as bodies (issue 42, item 4): every one of these was accepted, each signed with
+    /// the right secret. A member given twice (header: last-wins let `{"alg":"none","alg":"HS256"}` through; claims:
+    /// first-wins picked one `sub` of two), any `crit` (RFC 7515 §4.1.11), an `exp` far ahead (1e20), the nil UUID.
+    @Test func tokensAreReadStrictly() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            _ = try await api.send("PUT", "/v1/device", device: device)
+            let (user, other) = (UUID().uuidString, UUID().uuidString)
+            let soon = Int(Date().timeIntervalSince1970) + 600
+            let claims = #"{"sub":"\#(user)","email":"chris@example.com","exp":\#(soon)}"#
+            let header = #"{"alg":"HS256","typ":"JWT"}"#
+            let cases: [(String, String, String)] = [
+                ("duplicate alg", #"{"alg":"none","alg":"HS256","typ":"JWT"}"#, claims),
+                ("duplicate typ", #"{"alg":"HS256","typ":"JWT","typ":"JWT"}"#, claims),
+                ("crit", #"{"alg":"HS256","typ":"JWT","crit":["exp"]}"#, claims),
+                ("duplicate sub", header, #"{"sub":"\#(user)","sub":"\#(other)","email":"chris@example.com","exp":\#(soon)}"#),
+                ("exp 1e20", header, #"{"sub":"\#(user)","email":"chris@example.com","exp":1e20}"#),
+                ("exp in 2 days", header, #"{"sub":"\#(user)","email":"chris@example.com","exp":\#(soon + 2 * 86_400)}"#),
+                ("nil subject", header, #"{"sub":"00000000-0000-0000-0000-000000000000","email":"chris@example.com","exp":\#(soon)}"#),
+                ("payload not an object", header, #"["\#(user)"]"#),
+            ]
+            for (name, header, payload) in cases {
+                let token = ForgedToken.make(header: header, payload: payload, secret: LiveAPI.secret)
+                let reply = try await api.send("PUT", "/v1/profile", device: device, token: token)
+                #expect(reply.status == 401, "\(name)")
+                #expect(reply.errorCode == "invalid_token", "\(name)")
+            }
+            let honest = ForgedToken.make(header: header, payload: claims, secret: LiveAPI.secret)
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: honest).status == 200)
+        }
+    }
+
+    @Test func theMaximumLifetimeIsConfigurable() throws {
+        #expect(try TokenRequirements.fromEnvironment([:]).maxLifetime == .seconds(86_400))
+        #expect(try TokenRequirements.fromEnvironment(["AUTH_JWT_MAX_LIFETIME": "7d"]).maxLifetime == .seconds(604_800))
+        for bad in ["0s", "30s", "400d", "24", "forever"] {
+            #expect(throws: ConfigurationError.self, "\(bad)") { try TokenRequirements.fromEnvironment(["AUTH_JWT_MAX_LIFETIME": bad]) }
+        }
+    }
 }

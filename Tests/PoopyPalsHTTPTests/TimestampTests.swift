@@ -4,6 +4,7 @@ import Glibc
 #endif
 @testable import PoopyPalsHTTP
 import Testing
+import TestSupport
 import Values
 
 @Suite("API timestamps")
@@ -67,17 +68,16 @@ struct TimestampTests {
               expect(84) || expect(116), let hour = number(2), expect(58), let minute = number(2), expect(58),
               let second = number(2), (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
         else { return nil }
-        var fraction = 0.0
+        var fractionDigits = ""
         if expect(46) {
-            var scale = 0.1
             let start = index
             while index < bytes.count, (48...57).contains(bytes[index]), index - start < 9 {
-                fraction += Double(bytes[index] - 48) * scale
-                scale /= 10
+                fractionDigits.append(Character(UnicodeScalar(bytes[index])))
                 index += 1
             }
             guard index > start else { return nil }
         }
+        let nanoseconds = Int(fractionDigits.padding(toLength: 9, withPad: "0", startingAt: 0)) ?? 0
         var offset = 0
         if expect(90) || expect(122) {
         } else if index < bytes.count, bytes[index] == 43 || bytes[index] == 45 {
@@ -98,7 +98,9 @@ struct TimestampTests {
         parts.tm_sec = Int32(second)
         let seconds = timegm(&parts)
         guard parts.tm_mday == Int32(day), parts.tm_mon == Int32(month - 1) else { return nil }
-        return Date(timeIntervalSince1970: Double(seconds - offset) + fraction)
+        // As documented: the second written, and of the fraction what a Double holds below the next second.
+        let whole = Double(seconds - offset)
+        return Date(timeIntervalSince1970: min(whole + Double(nanoseconds) / 1e9, (whole + 1).nextDown))
     }
 
     /// 60 000 generated texts, most of them nearly valid (every field at and past its bounds, leap days, second
@@ -137,6 +139,33 @@ struct TimestampTests {
         }
         print("timestamps: \(accepted) of \(texts.count) accepted")
         #expect(accepted > 2_000 && accepted < texts.count - 2_000, "\(accepted) of \(texts.count) accepted")
+    }
+
+    /// A fraction is never rounded up into the next second (issue 42, item 9): summed as a Double, .99999999 made
+    /// 2000-02-29T23:59:59 into 1 March, and 1969-12-31T23:59:59.9999999 into 1970, past the "not before 1970" check.
+    @Test func aFractionNeverCarriesIntoTheNextSecond() throws {
+        let cases: [(String, Int64)] = [("2000-02-29T23:59:59.99999999Z", 951_868_799), ("2000-02-29T23:59:59.999999999Z", 951_868_799),
+                                        ("9999-12-31T23:59:59.999999999Z", 253_402_300_799), ("1969-12-31T23:59:59.9999999Z", -1),
+                                        ("2026-11-21T10:00:00.000000001Z", 1_795_255_200), ("0001-01-01T00:00:00.9999999Z", -62_135_596_800)]
+        for (text, second) in cases {
+            let date = try #require(Timestamp.parse(text), "\(text)")
+            #expect(Int64(date.timeIntervalSince1970.rounded(.down)) == second, "\(text): \(date.timeIntervalSince1970)")
+        }
+    }
+
+    @Test func aLogJustBeforeMidnightKeepsItsDayAndOneJustBefore1970IsRefused() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let kept = try await api.send("POST", "/v1/logs", device: device,
+                                          json: #"{"occurredAt":"2000-02-29T23:59:59.99999999Z","bristolType":4}"#)
+            #expect(kept.status == 201)
+            #expect(kept.json?["occurredAt"] as? String == "2000-02-29T23:59:59Z")
+            let early = try await api.send("POST", "/v1/logs", device: device,
+                                           json: #"{"occurredAt":"1969-12-31T23:59:59.9999999Z","bristolType":4}"#)
+            #expect(early.status == 400)
+            #expect(early.errorCode == "invalid_field")
+        }
     }
 
     @Test func offsetsAndFractionsAreReadAndBadInputIsRefused() {

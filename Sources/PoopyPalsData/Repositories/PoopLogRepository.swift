@@ -73,11 +73,14 @@ public struct PoopLogRepository: Sendable {
             throw RepositoryError.deviceNotRegistered
         }
         // Nothing came back: a concurrent upload of the same id committed after this statement's snapshot.
-        // Look again with a fresh one; still nothing means the id belongs to another device.
+        // Look again with a fresh one, on the primary (a write's check never reads a standby, which may not have
+        // replayed that upload yet: a 409 for identical content); still nothing means the id belongs to another device.
         let (log, created): (PoopLog, Bool)
         if let returned {
             (log, created) = returned
-        } else if let existing = try await get(id, as: device) {
+        } else if let existing = try await database.asDevice(device, idempotent: true, { tx in
+            try tx.finalQuery(Self.getQuery(id, as: device)).first.map(PoopLog.init(row:))
+        }) {
             (log, created) = (existing, false)
         } else {
             throw RepositoryError.logIDInUse
@@ -135,9 +138,13 @@ public struct PoopLogRepository: Sendable {
     /// With `consistency`, never older than that write (see `ConsistencyToken`).
     public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)"
-            return try tx.finalQuery(query.withBinaryResults()).first.map(PoopLog.init(row:))
+            try tx.finalQuery(Self.getQuery(id, as: device)).first.map(PoopLog.init(row:))
         }
+    }
+
+    static func getQuery(_ id: UUID, as device: DeviceID) -> PostgresQuery {
+        let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)"
+        return query.withBinaryResults()
     }
 
     /// Logs newest first, `limit` at a time (1…200), fewer when they would not fit in `PageBytes.budget` (long
@@ -221,8 +228,11 @@ struct LogCursor: Sendable, Equatable {
         let parts = text.split(separator: "|")
         guard parts.count == 3, parts[0] == "v1", let micros = Int64(parts[1]), let id = UUIDText.parse(parts[2])
         else { throw InvalidField("before", "is not a valid cursor") }
-        // Only what `encoded` can produce: a log's time, which is never before 1970 (see `validate`).
-        guard micros >= 0, let occurredAt = Date(microsecondsSince1970: micros) else {
+        // Only what `encoded` can produce: a log's time, a whole second (sql/0011) never before 1970 (see
+        // `validate`), which reads back as itself. `v1|253402300799999999|…` passed before and rounded, as a Date,
+        // into year 10000, which the query could not bind (400 invalid_request instead of naming `before`).
+        guard micros >= 0, micros % 1_000_000 == 0, let occurredAt = Date(microsecondsSince1970: micros),
+              occurredAt.microsecondsSince1970 == micros else {
             throw InvalidField("before", "is not a valid cursor")
         }
         self.occurredAt = occurredAt

@@ -42,9 +42,7 @@ public struct TokenVerifier: Sendable {
             throw APIError.unauthorized("invalid_token", "the Authorization header must be a Bearer token")
         }
         let token = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        guard Self.headerAlgorithm(of: token) == Self.algorithm else {
-            throw APIError.unauthorized("invalid_token", "the token is not a valid \(Self.algorithm) token")
-        }
+        try Self.checkStrictly(token)
         let claims: ProfileClaims
         do {
             claims = try await keys.verify(token, as: ProfileClaims.self)
@@ -52,7 +50,7 @@ public struct TokenVerifier: Sendable {
             throw APIError.unauthorized("invalid_token", "the token could not be verified")
         }
         try check(claims, now: Date())
-        guard let id = UUIDText.parse(claims.sub.value) else {
+        guard let id = UUIDText.parse(claims.sub.value), id != DeviceID.nilUUID else {
             throw APIError.unauthorized("invalid_token", "the token's subject is not a user id")
         }
         guard let email = try? Email(claims.email) else {
@@ -67,6 +65,11 @@ public struct TokenVerifier: Sendable {
         let leeway = Double(requirements.leeway.components.seconds)
         guard claims.exp.value.timeIntervalSince(now) > -leeway else {
             throw APIError.unauthorized("token_expired", "the token has expired")
+        }
+        // A token valid for a century is a stolen token's best friend: no provider mints one.
+        let lifetime = Double(requirements.maxLifetime.components.seconds)
+        guard claims.exp.value.timeIntervalSince(now) <= lifetime + leeway else {
+            throw APIError.unauthorized("invalid_token", "the token expires further ahead than this service accepts")
         }
         if let nbf = claims.nbf, nbf.value.timeIntervalSince(now) > leeway {
             throw APIError.unauthorized("token_not_yet_valid", "the token is not valid yet")
@@ -90,11 +93,22 @@ public struct TokenVerifier: Sendable {
         return try await keys.sign(claims)
     }
 
-    /// The `alg` of a compact JWS header, read without trusting anything else in it.
-    static func headerAlgorithm(of token: String) -> String? {
-        guard let header = token.split(separator: ".", omittingEmptySubsequences: false).first, header.count <= 1024 else { return nil }
-        guard let bytes = Base64URL.decode(header),
-              let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return nil }
-        return object["alg"] as? String
+    /// Reads the compact JWS's header and payload as strictly as request bodies (`JSONParser`): a member given
+    /// twice is refused (parsers disagree on which wins: `{"alg":"none","alg":"HS256"}` passed the check on the
+    /// last one, and two `sub` claims were read first-wins by the verifier), and so is any `crit` (RFC 7515
+    /// §4.1.11: extensions this service does not understand) and an `alg` other than HS256.
+    /// - Throws: `APIError` 401 `invalid_token`.
+    static func checkStrictly(_ token: String) throws {
+        let invalid = APIError.unauthorized("invalid_token", "the token is not a valid \(algorithm) token")
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0].count <= 1024, parts[1].count <= 8192 else { throw invalid }
+        func object(_ part: Substring) -> [String: JSONValue]? {
+            guard let bytes = Base64URL.decode(part) else { return nil }
+            let value = try? bytes.withUnsafeBufferPointer { buffer throws(JSONParser.Failure) in try JSONParser.parse(buffer) }
+            guard case .object(let members)? = value else { return nil }
+            return members
+        }
+        guard let header = object(parts[0]), object(parts[1]) != nil else { throw invalid }
+        guard header["alg"] == .string(algorithm), header["crit"] == nil else { throw invalid }
     }
 }
