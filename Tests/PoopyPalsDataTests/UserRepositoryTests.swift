@@ -77,9 +77,6 @@ struct UserRepositoryTests {
         try await TestDatabase.withMigrated { db in
             let database = Database(pool: db.pool(size: 8, acquireTimeout: .seconds(60)))
             let users = UserRepository(database: database)
-            var devices: [DeviceID] = []
-            for _ in 0..<8 { devices.append(try await Self.device(database)) }
-            let frozen = devices
             let deadline = ContinuousClock.now + .seconds(20)
             var subjects = 0
             var refused = 0
@@ -87,6 +84,10 @@ struct UserRepositoryTests {
                 let subject = UUID()
                 let email = "racer\(subjects)@example.com"
                 subjects += 1
+                // Devices of this subject's own: a device linked to one subject is not moved to another (sql/0016).
+                var devices: [DeviceID] = []
+                for _ in 0..<8 { devices.append(try await Self.device(database)) }
+                let frozen = devices
                 refused += await withTaskGroup(of: Int.self) { group in
                     for device in frozen {
                         group.addTask {
@@ -185,10 +186,10 @@ struct UserRepositoryTests {
             try await db.withConnection { try $0.executeScript("ALTER TABLE users ADD CONSTRAINT users_full_name_key UNIQUE (full_name)") }
             let database = Database(pool: db.pool(size: 2))
             let users = UserRepository(database: database)
-            let device = try await Self.device(database)
+            let (device, other) = (try await Self.device(database), try await Self.device(database))
             _ = try await users.ensureProfile(as: device, id: UUID(), email: "a@example.com", fullName: .set("Sam Sample"))
             let error = await #expect(throws: PostgresError.self) {
-                try await users.ensureProfile(as: device, id: UUID(), email: "b@example.com", fullName: .set("Sam Sample"))
+                try await users.ensureProfile(as: other, id: UUID(), email: "b@example.com", fullName: .set("Sam Sample"))
             }
             #expect(error?.sqlState == .uniqueViolation)
             #expect(error?.constraint == "users_full_name_key")

@@ -98,6 +98,31 @@ struct AuthAndProfileTests {
         }
     }
 
+    /// A device linked to one subject was moved to another silently (issue 42, item 10): erasing it then erased only
+    /// the second profile, and the first stayed with no device and no word of it. Now it is a 409 that changes
+    /// nothing, not even the second subject's profile; the same subject still updates its own.
+    @Test func aDeviceLinkedToOneProfileIsNotMovedToAnother() async throws {
+        try await TestDatabase.withAPI { api, db in
+            let device = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
+            let (first, second) = (UUID(), UUID())
+            let firstToken = try await api.token(user: first, email: "first@example.com")
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: firstToken, json: #"{"fullName":"First"}"#).status == 200)
+            let moved = try await api.send("PUT", "/v1/profile", device: device, token: try await api.token(user: second, email: "second@example.com"))
+            #expect(moved.status == 409)
+            #expect(moved.errorCode == "device_linked_to_another_profile")
+            #expect(!moved.text.contains("First") && !moved.text.contains("first@"))
+            let linked = try await api.send("GET", "/v1/device", device: device)
+            #expect((linked.json?["userId"] as? String)?.lowercased() == first.uuidString.lowercased())
+            #expect(try await Self.users(db) == ["first@example.com"])
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: firstToken, json: #"{"fullName":"First Again"}"#).status == 200)
+            // Another account on the same phone: a new device id.
+            let fresh = UUID()
+            #expect(try await api.send("PUT", "/v1/device", device: fresh).status == 201)
+            #expect(try await api.send("PUT", "/v1/profile", device: fresh, token: try await api.token(user: second, email: "second@example.com")).status == 200)
+        }
+    }
+
     /// Issue: each variant below made a users row of its own beside the first profile (sixteen rows in all). Each is
     /// now a 409 against the profile of its canonical form, and a token email with an invisible or control
     /// character is a 401: never a new row.

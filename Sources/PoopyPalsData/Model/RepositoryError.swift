@@ -10,6 +10,8 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
     case weakDeviceID
     /// The rotation's new device id is already registered.
     case deviceIDInUse
+    /// The device is linked to another subject's profile: it is not moved to this one (sql/0016).
+    case deviceLinkedToAnotherProfile
 
     public var description: String {
         switch self {
@@ -18,6 +20,7 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
         case .emailInUse: return "this email address belongs to another account"
         case .weakDeviceID: return "a new device id must be a random (version 4) UUID"
         case .deviceIDInUse: return "the new device id is already registered"
+        case .deviceLinkedToAnotherProfile: return "this device is linked to another account's profile"
         }
     }
 }

@@ -129,6 +129,9 @@ public struct UserRepository: Sendable {
         case "existed": outcome = .existed
         case "created": outcome = .created
         case "conflict": outcome = .conflictTreatedAsSuccess
+        case "device_linked":
+            log(.info, "profile refused: the device is linked to another account")
+            throw RepositoryError.deviceLinkedToAnotherProfile
         default:
             log(.info, "profile refused: the email belongs to another account")
             throw RepositoryError.emailInUse

@@ -574,7 +574,9 @@ components:
     Conflict:
       description: |
         A log id in use with other content (`log_id_in_use`), a device that has not registered
-        (`device_not_registered`), a rotation to a device id that is already registered (`device_id_in_use`), or
+        (`device_not_registered`), a rotation to a device id that is already registered (`device_id_in_use`), a
+        profile write from a device linked to another subject's profile (`device_linked_to_another_profile`: a
+        device is never moved to another account; register a new device id for it), or
         a write that would take the device past its quota (`quota_exceeded`: live logs, POOPYPALS_MAX_LOGS_PER_DEVICE,
         default 100 000; deleted logs awaiting purge, POOPYPALS_MAX_TOMBSTONES_PER_DEVICE, default 20 000); nothing
         of the request was stored
