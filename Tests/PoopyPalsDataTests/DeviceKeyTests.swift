@@ -89,13 +89,13 @@ struct DeviceKeyTests {
             let report = try await db.withConnection { conn in
                 try conn.transaction { conn in
                     try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
-                    try conn.executeScript("GRANT EXECUTE ON FUNCTION poopypals_erase_device() TO PUBLIC")
+                    try conn.executeScript("GRANT EXECUTE ON FUNCTION poopypals_erase_device(uuid) TO PUBLIC")
                 }
                 return try RLSAudit().run(on: conn)
             }
             let failed = report.checks.filter { !$0.ok }
             #expect(failed.count == 1)
-            #expect(failed.first?.check.contains("poopypals_erase_device()") == true && failed.first?.problem == "PUBLIC may execute it")
+            #expect(failed.first?.check.contains("poopypals_erase_device(") == true && failed.first?.problem == "PUBLIC may execute it")
         }
     }
 
@@ -116,8 +116,8 @@ struct DeviceKeyTests {
             var batches: [[PoopLog]] = []
             for (index, part) in parts.value.enumerated() {
                 switch part {
-                case .header(let exported, let profile):
-                    #expect(index == 0 && exported.id == device.uuid && exported.info.model == "export" && profile == nil)
+                case .header(let exported, let profile, let linked):
+                    #expect(index == 0 && exported.id == device.uuid && exported.info.model == "export" && profile == nil && !linked)
                 case .logs(let batch):
                     batches.append(batch)
                 }

@@ -213,6 +213,36 @@ struct DataRightsTests {
         }
     }
 
+    /// The device id alone revealed and erased the person's profile (issue 42, item 5): a sold phone's id leaked its
+    /// owner's email, name and date of birth through the export, and erased the account. Now the export gives the
+    /// profile only with a token of its subject (else only that one is linked), and erasing the device without that
+    /// token unlinks the profile and keeps it, for its owner.
+    @Test func aDeviceIdAloneNeitherRevealsNorErasesTheProfile() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            try await Self.register(api, device)
+            let subject = UUID()
+            let token = try await api.token(user: subject, email: "owner@example.com")
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: token,
+                                       json: #"{"fullName":"Olive Owner","dateOfBirth":"1980-05-06"}"#).status == 200)
+            let bare = try await api.send("GET", "/v1/export", device: device)
+            #expect(bare.status == 200)
+            #expect(bare.json?["profile"] == nil && bare.json?["profileLinked"] as? Bool == true)
+            #expect(!bare.text.contains("owner@") && !bare.text.contains("Olive") && !bare.text.contains("1980"))
+            // Another subject's token shows nothing of it either; a bad token is refused.
+            let stranger = try await api.send("GET", "/v1/export", device: device, token: try await api.token(email: "stranger@example.com"))
+            #expect(stranger.status == 200 && stranger.json?["profile"] == nil && !stranger.text.contains("Olive"))
+            #expect(try await api.send("GET", "/v1/export", device: device, headers: ["Authorization": "Bearer not.a.token"]).status == 401)
+            // Erased with the device id alone: the device goes, the profile stays for its owner.
+            #expect(try await api.send("DELETE", "/v1/device", device: device).status == 204)
+            let again = UUID()
+            try await Self.register(api, again)
+            let profile = try await api.send("PUT", "/v1/profile", device: again, token: token)
+            #expect(profile.status == 200)
+            #expect((profile.json?["user"] as? [String: Any])?["fullName"] as? String == "Olive Owner")
+        }
+    }
+
     // MARK: Erasure
 
     @Test(needsSuperuser)
@@ -238,7 +268,9 @@ struct DataRightsTests {
             #expect(try await api.send("GET", "/v1/profile", device: second, token: token).status == 200)
             #expect(try await Self.logIDs(api, second).count == 1)
 
-            #expect(try await api.send("DELETE", "/v1/device", device: second).status == 204)
+            // The last device, erased with its owner's token: the profile goes too (issue 42, item 5: without the
+            // token it stays; aDeviceIdAloneNeitherRevealsNorErasesTheProfile).
+            #expect(try await api.send("DELETE", "/v1/device", device: second, token: token).status == 204)
             #expect(try await api.send("DELETE", "/v1/device", device: second).status == 404)
 
             let dump = try await PgDump.dump(database: db.name, serverMajor: try await Self.serverMajor(db))
@@ -305,12 +337,13 @@ struct DataRightsTests {
             try await Self.register(api, other)
             try await Self.log(api, other)
 
-            let export = try await api.send("GET", "/v1/export", device: device)
+            let export = try await api.send("GET", "/v1/export", device: device, token: token)
             #expect(export.status == 200)
             #expect(export.header("Content-Type")?.hasPrefix("application/json") == true)
             let json = try #require(export.json)
             #expect((json["device"] as? [String: Any])?["id"] as? String == device.uuidString.lowercased())
             #expect((json["profile"] as? [String: Any])?["email"] as? String == "export@example.com")
+            #expect(json["profileLinked"] as? Bool == true)
             let logs = try #require(json["logs"] as? [[String: Any]])
             #expect(logs.count == 4)
             let times = logs.compactMap { $0["occurredAt"] as? String }

@@ -169,7 +169,7 @@ struct JSONOutputTests {
         let device = try Self.device("iPhone \"15\"")
         for profile in [try Self.user("Chris"), nil] {
             var output = JSONOutput()
-            try ExportHead(device: device, profile: profile).write(to: &output)
+            try ExportHead(device: device, profile: profile, profileLinked: profile != nil).write(to: &output)
             var logs: [LogBody] = []
             for batch in 0..<batches {
                 if batch > 0 { output.raw(",") }
@@ -182,6 +182,7 @@ struct JSONOutputTests {
             var expected: [String: Any] = [
                 "device": try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(device))),
                 "logs": try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(logs))),
+                "profileLinked": profile != nil,
             ]
             if let profile { expected["profile"] = try JSONSerialization.jsonObject(with: Data(try ReferenceJSON.encode(profile))) }
             #expect(parsed == expected as NSDictionary)

@@ -1,3 +1,4 @@
+import Foundation
 import PostgresClient
 
 /// Everything stored for the calling device, read from one consistent snapshot and handed over in bounded
@@ -5,7 +6,8 @@ import PostgresClient
 public struct DeviceExport: Sendable {
     /// One piece of an export, in order: the header once, then the logs, oldest first, in batches.
     public enum Part: Sendable {
-        case header(device: Device, profile: User?)
+        /// `profile` only for `profileOwner`; `profileLinked` says whether the device has one at all.
+        case header(device: Device, profile: User?, profileLinked: Bool)
         case logs([PoopLog])
     }
 
@@ -22,7 +24,9 @@ public struct DeviceExport: Sendable {
     /// (to wait for a slow reader) and may throw to stop; the transaction is then rolled back.
     /// - Returns: false when the device is not registered (then `consume` was never called).
     /// - Throws: what `consume` throws; `PostgresError` otherwise.
-    public func run(as device: DeviceID, consistency: ConsistencyToken? = nil,
+    /// The profile's fields are exported only for `profileOwner`, the subject the caller proved with a token: the
+    /// device id alone does not reveal who the person is.
+    public func run(as device: DeviceID, consistency: ConsistencyToken? = nil, profileOwner: UUID? = nil,
                     _ consume: @escaping @Sendable (Part) throws -> Void) async throws -> Bool {
         let fetch = ("FETCH \(unescaped: String(batchSize)) FROM poopypals_export" as PostgresQuery).withBinaryResults()
         return try await database.asDevice(device, snapshot: true, consistency: consistency) { tx in
@@ -33,7 +37,9 @@ public struct DeviceExport: Sendable {
             let profile = try tx.query("""
                 SELECT \(unescaped: User.columns) FROM users WHERE id = (SELECT d.user_id FROM devices d WHERE d.id = \(device.key))
                 """).first.map(User.init(row:))
-            try consume(.header(device: try Device(row: deviceRow, id: device), profile: profile))
+            let exported = try Device(row: deviceRow, id: device)
+            try consume(.header(device: exported, profile: profile.flatMap { $0.id == profileOwner ? $0 : nil },
+                                profileLinked: exported.userID != nil))
             try tx.query("""
                 DECLARE poopypals_export NO SCROLL CURSOR FOR
                 SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) ORDER BY occurred_at, id

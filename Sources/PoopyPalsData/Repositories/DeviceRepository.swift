@@ -89,12 +89,13 @@ public struct DeviceRepository: Sendable {
         public let profileErased: Bool
     }
 
-    /// Deletes the calling device, its logs, tombstones and sync history, and its profile when no other device
-    /// links to it, in one transaction (sql/0010). Nil when the device is not registered (nothing to erase).
+    /// Deletes the calling device, its logs, tombstones and sync history, in one transaction (sql/0017), and its
+    /// profile when `subject` (proved by the caller's token) is the profile's and no other device links to it;
+    /// without it the profile stays, for its owner to erase. Nil when the device is not registered.
     /// - Throws: `PostgresError`.
-    public func erase(as device: DeviceID) async throws -> Erasure? {
+    public func erase(as device: DeviceID, subject: UUID? = nil) async throws -> Erasure? {
         try await database.asDevice(device, idempotent: true) { tx in
-            let row = try tx.finalQuery("SELECT erased, logs, profile_erased FROM poopypals_erase_device()")[0]
+            let row = try tx.finalQuery("SELECT erased, logs, profile_erased FROM poopypals_erase_device(\(subject))")[0]
             guard try row.decode("erased", as: Bool.self) else { return nil }
             return Erasure(logs: try row.decode("logs"), profileErased: try row.decode("profile_erased"))
         }

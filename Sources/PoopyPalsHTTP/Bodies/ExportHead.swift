@@ -2,7 +2,10 @@
 /// No profile: no key (a generated client cannot decode a nullable reference).
 struct ExportHead: JSONWritable {
     let device: DeviceBody
+    /// Only for a token of the profile's subject.
     let profile: UserBody?
+    /// Whether the device is linked to a profile, said whether or not its fields are given.
+    let profileLinked: Bool
 
     func write(to output: inout JSONOutput) throws {
         output.raw(#"{"device":"#)
@@ -11,6 +14,8 @@ struct ExportHead: JSONWritable {
             output.raw(#","profile":"#)
             try profile.write(to: &output)
         }
+        output.raw(#","profileLinked":"#)
+        output.bool(profileLinked)
         output.raw(#","logs":["#)
     }
 }

@@ -23,7 +23,8 @@ struct APIControllers: Sendable {
         logs = LogsController(logs: PoopLogRepository(database: database))
         profile = ProfileController(users: UserRepository(database: database), devices: devices, tokens: tokens)
         sync = SyncController(sync: SyncRepository(database: database))
-        dataRights = DataRightsController(devices: devices, export: DeviceExport(database: database), maxExports: maxExports)
+        dataRights = DataRightsController(devices: devices, export: DeviceExport(database: database), tokens: tokens,
+                                          maxExports: maxExports)
         operations = OperationsController(database: database, probe: probe, metrics: metrics)
     }
 

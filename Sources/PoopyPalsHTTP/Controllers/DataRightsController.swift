@@ -9,10 +9,12 @@ struct DataRightsController: Sendable {
     let devices: DeviceRepository
     let export: DeviceExport
     let gate: ExportGate
+    let tokens: TokenVerifier
 
-    init(devices: DeviceRepository, export: DeviceExport, maxExports: Int = 4) {
+    init(devices: DeviceRepository, export: DeviceExport, tokens: TokenVerifier, maxExports: Int = 4) {
         self.devices = devices
         self.export = export
+        self.tokens = tokens
         gate = ExportGate(limit: maxExports)
     }
 
@@ -20,6 +22,12 @@ struct DataRightsController: Sendable {
         router.post("/v1/device/rotate", use: rotate)
         router.delete("/v1/device", use: erase)
         router.get("/v1/export", use: exportAll)
+    }
+
+    /// The subject of the request's bearer token, if it sent one (a token sent must be valid: 401 otherwise).
+    private func optionalSubject(_ request: Request) async throws -> UUID? {
+        guard let authorization = request.headers[.authorization] else { return nil }
+        return try await tokens.verify(authorization: authorization).userID
     }
 
     /// The phone makes and stores the new id before calling: if the answer is lost, the new id tells.
@@ -36,9 +44,12 @@ struct DataRightsController: Sendable {
         }
     }
 
+    /// The profile goes too only with a token of its subject (and when no other device links to it): the device id
+    /// alone does not erase a person's account.
     @Sendable func erase(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
-        guard try await devices.erase(as: device) != nil else {
+        let subject = try await optionalSubject(request)
+        guard try await devices.erase(as: device, subject: subject) != nil else {
             throw APIError(.notFound, "not_found", "this device is not registered (or was already erased)")
         }
         return Response(status: .noContent)
@@ -50,16 +61,17 @@ struct DataRightsController: Sendable {
     @Sendable func exportAll(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
         let consistency = try request.consistencyToken()
+        let subject = try await optionalSubject(request)
         guard gate.enter(device) else { throw APIError.exportBusy }
         var handedOver = false
         defer { if !handedOver { gate.leave(device) } }
         let spool = ExportSpool()
         let batches = BatchCounter()
-        let found = try await export.run(as: device, consistency: consistency) { part in
+        let found = try await export.run(as: device, consistency: consistency, profileOwner: subject) { part in
             var output = JSONOutput(capacity: 4096)
             switch part {
-            case .header(let device, let profile):
-                try ExportHead(device: DeviceBody(device), profile: profile.map(UserBody.init)).write(to: &output)
+            case .header(let device, let profile, let linked):
+                try ExportHead(device: DeviceBody(device), profile: profile.map(UserBody.init), profileLinked: linked).write(to: &output)
             case .logs(let logs):
                 if batches.next() > 0 { output.raw(",") }
                 try logs.map(LogBody.init).writeElements(to: &output)

@@ -63,11 +63,14 @@ paths:
         '429': { $ref: '#/components/responses/TooManyRequests' }
         '503': { $ref: '#/components/responses/Unavailable' }
     delete:
-      summary: Erase the calling device, all its logs and sync history, and its profile when no other device links to it
+      summary: Erase the calling device, all its logs and sync history, and with its owner's token its profile when no other device links to it
       description: |
         One transaction; afterwards no row refers to the device (or to the profile, when it was erased). A repeat
-        answers 404. The token-less equivalent of deleting an account (App Store guideline 5.1.1(v), GDPR Art. 17).
+        answers 404. The profile is erased only with a bearer token of its subject (the device id alone does not
+        erase a person's account); without one the device is unlinked and the profile stays, for its owner to
+        erase. A token sent must be valid (401 otherwise). App Store guideline 5.1.1(v), GDPR Art. 17.
       operationId: eraseDevice
+      security: [{}, { bearerAuth: [] }]
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
@@ -120,23 +123,27 @@ paths:
         Read from the snapshot first, then sent with its `Content-Length`. If the stream breaks off (the connection
         closes before the closing `]}`), the export is incomplete: request it again. One export per device at a
         time, and a few per instance: else 429 `export_busy`, retry after `Retry-After`. A client that stops
-        reading for the request timeout (30 s) is cut off.
+        reading for the request timeout (30 s) is cut off. The profile's fields come only with a bearer token of
+        its subject (the device id alone does not reveal who the person is); `profileLinked` says whether there is
+        one. A token sent must be valid (401 otherwise).
       operationId: exportDevice
+      security: [{}, { bearerAuth: [] }]
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
         - $ref: '#/components/parameters/ConsistencyToken'
       responses:
         '200':
-          description: The device, its profile (absent when the device has none) and every log, oldest first
+          description: The device, its profile (with a token of its subject only) and every log, oldest first
           content:
             application/json:
               schema:
                 type: object
-                required: [device, logs]
+                required: [device, profileLinked, logs]
                 properties:
                   device: { $ref: '#/components/schemas/Device' }
                   profile: { $ref: '#/components/schemas/User' }
+                  profileLinked: { type: boolean, description: 'The device is linked to a profile (whether or not its fields are given)' }
                   logs: { type: array, items: { $ref: '#/components/schemas/Log' } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
