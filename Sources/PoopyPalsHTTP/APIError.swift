@@ -77,6 +77,8 @@ public struct APIError: Error, HTTPResponseError, Sendable {
                 return APIError(.gone, "cursor_expired", "changes after this cursor were purged; pull again without a cursor")
             case .versionConflict(let index):
                 return APIError(.conflict, "version_conflict", "\(SyncController.path(ofOperation: index)): the log has changed since its baseVersion; nothing was applied")
+            case .logIDInUse(let index):
+                return APIError(.conflict, "log_id_in_use", "\(SyncController.path(ofOperation: index)): the log changed while this push ran; nothing was applied: push again")
             case .invalidOperation(let index, let field):
                 return .invalid(SyncController.path(ofOperation: index, field: field.field), field.reason)
             }

@@ -110,10 +110,14 @@ struct DeviceAndLogRepositoryTests {
             #expect(try await logs.update(log.id, PoopLogPatch(bristolType: 7, notes: .clear), as: intruder) == nil)
             #expect(try await logs.delete(log.id, as: intruder) == false)
             #expect(try await logs.list(as: intruder).items.isEmpty)
-            // Reusing its id from the other device is refused without revealing anything about the row.
-            await #expect(throws: RepositoryError.logIDInUse) {
-                try await logs.create(NewPoopLog(id: log.id, occurredAt: log.occurredAt, bristolType: 3, notes: "mine"), as: intruder)
-            }
+            // Its id from the other device is a free id there too (sql/0018: ids are the device's own): a create
+            // makes the intruder's own log and reveals nothing (it was a 409, an existence oracle). The owner's
+            // log is untouched.
+            let own = try await logs.create(NewPoopLog(id: log.id, occurredAt: log.occurredAt, bristolType: 5, notes: "theirs"), as: intruder)
+            #expect(own.created && own.log.notes == "theirs")
+            #expect(try await logs.get(log.id, as: owner) == log)
+            #expect(try await logs.get(log.id, as: intruder)?.notes == "theirs")
+            #expect(try await logs.delete(log.id, as: intruder) == true)
             #expect(try await logs.get(log.id, as: owner) == log)
         }
     }

@@ -127,6 +127,30 @@ struct SyncTests {
         }
     }
 
+    /// Log ids are the device's own (issue 42, item 2, sql/0018): another device's id was a 409 for a create and a
+    /// 404 for every other route (an existence oracle), and one squatted id in a 500-operation offline queue stopped
+    /// that phone's sync for good. Now it is a free id: the create and the push make this device's own logs.
+    @Test func anotherDevicesLogIDIsAFreeIDForCreatesAndPushes() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let (owner, other) = (UUID(), UUID())
+            for device in [owner, other] { #expect(try await api.send("PUT", "/v1/device", device: device).status == 201) }
+            let squatted = UUID().uuidString.lowercased()
+            let mine = #"{"id":"\#(squatted)","occurredAt":"2026-11-20T08:00:00Z","bristolType":4,"notes":"owner"}"#
+            #expect(try await api.send("POST", "/v1/logs", device: owner, json: mine).status == 201)
+            let theirs = try await api.send("POST", "/v1/logs", device: other,
+                                            json: #"{"id":"\#(squatted)","occurredAt":"2026-11-21T08:00:00Z","bristolType":6}"#)
+            #expect(theirs.status == 201)
+            let queue = [Self.upsert(UUID().uuidString.lowercased(), bristol: 1), Self.upsert(squatted, bristol: 6, notes: "pushed"),
+                         Self.upsert(UUID().uuidString.lowercased(), bristol: 2)]
+            let push = try await api.send("POST", "/v1/sync", device: other, json: #"{"operations":[\#(queue.joined(separator: ","))]}"#)
+            #expect(push.status == 200)
+            #expect((push.json?["results"] as? [[String: Any]])?.map { $0["status"] as? String } == ["created", "updated", "created"])
+            let ownerView = try await api.send("GET", "/v1/logs/\(squatted)", device: owner)
+            #expect(ownerView.json?["notes"] as? String == "owner" && ownerView.json?["bristolType"] as? Int == 4)
+            #expect(try await api.send("GET", "/v1/logs/\(squatted)", device: other).json?["notes"] as? String == "pushed")
+        }
+    }
+
     @Test func aPushReplayedThreeTimesGivesOneResult() async throws {
         try await TestDatabase.withAPI { api, _ in
             let device = UUID()

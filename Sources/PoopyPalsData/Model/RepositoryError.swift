@@ -1,6 +1,7 @@
 /// A request that cannot be carried out as asked (as opposed to malformed input).
 public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// A log with this client-generated id exists with other content (or belongs to another device).
+    /// A log of this device with this client-generated id exists with other content (ids are the device's own:
+    /// another device's is a free id, sql/0018).
     case logIDInUse
     /// The device has not registered itself yet (`PUT /v1/device`).
     case deviceNotRegistered

@@ -96,7 +96,7 @@ public struct PoopLogRepository: Sendable {
         WITH inserted AS (
             INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
             VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (id) DO NOTHING
+            ON CONFLICT (device_id, id) DO NOTHING
             RETURNING \(PoopLog.columns)
         )
         SELECT *, true AS created FROM inserted

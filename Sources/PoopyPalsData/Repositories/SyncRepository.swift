@@ -187,15 +187,15 @@ public struct SyncRepository: Sendable {
                 let inserted = try tx.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
                     VALUES (\(id), \(tx.device.key), \(occurredAt), \(bristolType), \(notes))
-                    ON CONFLICT (id) DO NOTHING RETURNING id
+                    ON CONFLICT (device_id, id) DO NOTHING RETURNING id
                     """)
                 if !inserted.isEmpty {
                     if let baseVersion, baseVersion != 0 { throw SyncError.versionConflict(index: index) }
                     return .created
                 }
-                // The other phone created it meanwhile (visible now, to this new statement), or it belongs to
-                // another device (still invisible).
-                guard let raced = try tx.query(select).first.map(PoopLog.init(row:)) else { throw RepositoryError.logIDInUse }
+                // The other phone created it meanwhile (visible now, to this new statement; ids are the device's
+                // own, sql/0018), unless it deleted it again at once: the client pushes this operation again.
+                guard let raced = try tx.query(select).first.map(PoopLog.init(row:)) else { throw SyncError.logIDInUse(index: index) }
                 current = raced
             }
             // Already as asked: unchanged, whatever baseVersion says. So a push replayed after its COMMIT went
@@ -221,6 +221,9 @@ public enum SyncError: Error, Sendable, Equatable {
     /// Operation `index` holds a value that cannot be stored, named by the operation's own field (`occurredAt`,
     /// `bristolType`, `notes`, `baseVersion`); nothing was sent.
     case invalidOperation(index: Int, InvalidField)
+    /// Operation `index` met its id changing under it (created and deleted by another phone of this device at that
+    /// moment); nothing of the batch was applied: push again.
+    case logIDInUse(index: Int)
 }
 
 /// Where a puller is: the device's change number it has seen, opaque to clients; and, while a page of changes it

@@ -580,7 +580,8 @@ components:
       content: { application/json: { schema: { $ref: '#/components/schemas/Error' } } }
     Conflict:
       description: |
-        A log id in use with other content (`log_id_in_use`), a device that has not registered
+        A log id of this device in use with other content (`log_id_in_use`; ids are each device's own, so another
+        device's id is a free one; in a sync push the message names the operation, `operations[i]`), a device that has not registered
         (`device_not_registered`), a rotation to a device id that is already registered (`device_id_in_use`), a
         profile write from a device linked to another subject's profile (`device_linked_to_another_profile`: a
         device is never moved to another account; register a new device id for it), or
