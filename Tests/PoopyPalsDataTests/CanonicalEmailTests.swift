@@ -20,7 +20,9 @@ struct CanonicalEmailTests {
         ("ann@b\u{FC}cher.example", "ann@xn--bcher-kva.example"), // RFC 3492's own example
         ("\u{212A}ate@example.com", "kate@example.com"),          // KELVIN SIGN
         ("\u{212B}sa@example.com", "\u{E5}sa@example.com"),       // ANGSTROM SIGN
-        ("Stra\u{DF}e@example.com", "strasse@example.com"),       // ß folds to ss: folding, not lower-casing
+        ("Stra\u{DF}e@example.com", "stra\u{DF}e@example.com"),   // ß stays ß: simple folding (issue 42, item 6) …
+        ("STRA\u{1E9E}E@example.com", "stra\u{DF}e@example.com"),  // … capital ẞ folds to it …
+        ("STRASSE@example.com", "strasse@example.com"),           // … and strasse is another mailbox
         ("ann@example\u{3002}com", "ann@example.com"),            // ideographic full stop separates labels
         ("ann@example\u{FF0E}com", "ann@example.com"),            // fullwidth full stop
         ("ann\u{FF20}example.com", "ann@example.com"),            // fullwidth commercial at
@@ -76,6 +78,10 @@ struct CanonicalEmailTests {
         "ann\u{A0}@example.com", "ann@example.com\u{2028}", "a\u{7F}nn@example.com", "ann\u{1F}@example.com",
         "ann@xn--.com", "ann@xn--a.com", "ann@xn--exmple-cu!.com", "ann@ex_\u{E4}mple.com",
         "a@\u{301}b@example.com", "a\"\u{301}@example.com", "a,\u{301}@example.com", "ann@\u{301}example.com",
+        // Not host names after mapping (issue 42, item 6): an address literal, hyphens at a label's ends, an
+        // underscore, and characters NFKC turns into a dot, parentheses or a slash.
+        "a@[127.0.0.1]", "a@-example.com", "a@example-.com", "a@exa_mple.com", "a@a\u{2024}com", "a@\u{2474}.com",
+        "a@\u{2100}.com", "a@ex\u{E4}mple-.com", "a@\u{2488}com",
     ])
     func invisibleControlAndInvalidCharactersAreRefused(_ raw: String) {
         let error = #expect(throws: InvalidField.self) { try Email(raw) }
@@ -95,6 +101,20 @@ struct CanonicalEmailTests {
             #expect(Array(Email.caseFolded(text).unicodeScalars) == Array(folded.unicodeScalars), "\(text.debugDescription)")
         }
         #expect(Email.caseFolded("FA\u{DF}\u{3C2}", keepingDeviations: true) == "fa\u{DF}\u{3C2}")
+    }
+
+    /// Spot checks against CaseFolding.txt's simple folding (status C + S), the local part's.
+    @Test func simpleCaseFoldingAgreesWithUnicode() {
+        let folds: [(String, String)] = [
+            ("ABC", "abc"), ("\u{DF}", "\u{DF}"), ("\u{1E9E}", "\u{DF}"), ("\u{3C2}", "\u{3C3}"), ("\u{17F}", "s"),
+            ("\u{131}", "\u{131}"), ("\u{1F88}", "\u{1F80}"), ("\u{1C5}", "\u{1C6}"), ("\u{3D0}", "\u{3B2}"),
+            ("\u{212A}", "k"), ("\u{149}", "\u{149}"), ("\u{13A0}", "\u{AB70}"),
+            // İ has no simple folding; its lower case, as the database's lower() check needs.
+            ("\u{130}", "i\u{307}"),
+        ]
+        for (text, folded) in folds {
+            #expect(Array(Email.simpleCaseFolded(text).unicodeScalars) == Array(folded.unicodeScalars), "\(text.debugDescription)")
+        }
     }
 
     @Test func punycodeRoundTripsAndRefusesGarbage() {

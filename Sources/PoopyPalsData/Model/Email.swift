@@ -7,9 +7,14 @@ import Foundation
 /// - UAX #15 normalisation to NFKC: canonically equivalent spellings (á precomposed, or a + U+0301, which keyboards
 ///   and platforms choose between) and compatibility-equivalent ones (fullwidth ａ, the ligature ﬁ, the Kelvin sign,
 ///   the Ångström sign) are one address, as a person reads them.
-/// - For the local part, Unicode default case folding, not lower-casing alone (ß and ss are one address), then NFKC
-///   again: UAX #31's NFKC_Casefold, except that default-ignorable code points are refused, not removed (below).
-/// - UTS #46 (non-transitional) / IDNA 2008 for the domain: labels are mapped the same way but keep ß and ς
+/// - For the local part, Unicode *simple* case folding (CaseFolding.txt, statuses C and S), then NFKC again: ß stays
+///   ß (full folding made it ss, and mail servers treat straße and strasse as two mailboxes, so one address could
+///   squat another: issue 42, item 6); ẞ folds to ß, final ς to σ, the Kelvin sign to k. A letter with no simple
+///   folding whose lower case is longer (İ) takes its lower case, which the database's lower() check requires.
+/// - The domain must be a host name after mapping (RFC 1123 LDH labels, or IDNA A-labels): no address literal
+///   (`[127.0.0.1]`), no label beginning or ending with a hyphen, no `_`, and no character that NFKC turns into a
+///   separator or punctuation (U+2024 ONE DOT LEADER is not a dot, ⑴ is not a label, ℀ is not a/c).
+/// - UTS #46 (non-transitional) / IDNA 2008 for the domain: labels are mapped (full folding) but keep ß and ς
 ///   (faß.de and fass.de are two registered domains), and every label that is not ASCII becomes its A-label
 ///   (`xn--` + Punycode, RFC 3492), so `exämple.com` and `xn--exmple-cua.com` are one domain; an `xn--` label
 ///   given as such must decode, and is stored as the A-label of its canonical U-label.
@@ -92,10 +97,63 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         return String(folded)
     }
 
-    /// NFKC, case folding, NFKC: the mapping of the local part (and, keeping the deviations, of domain labels).
+    /// Unicode simple case folding (statuses C and S) from the standard library's mappings: a letter's lower case
+    /// when it is one scalar, then lower(upper(that)) when that round trip stays one scalar (ς → σ, ϐ → β, ſ → s,
+    /// Cherokee to its small letters as `caseFolded` has it). ß and ẞ end in ß (their upper case is SS: not simple).
+    /// A letter whose lower case is longer (İ: i + U+0307) takes it, as full folding does: simple folding leaves it
+    /// upper case, which the database's `email = lower(email)` refuses.
+    static func simpleCaseFolded(_ text: String) -> String {
+        var folded = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if scalar.isASCII {
+                folded.append((0x41...0x5A).contains(scalar.value) ? Unicode.Scalar(UInt8(scalar.value) | 0x20) : scalar)
+                continue
+            }
+            if scalar == "\u{131}" {  // dotless ı is a letter of its own
+                folded.append(scalar)
+                continue
+            }
+            let lower = String(scalar).lowercased().unicodeScalars
+            guard lower.count == 1, let single = lower.first else {
+                folded.append(contentsOf: lower)
+                continue
+            }
+            let upper = String(single).uppercased().unicodeScalars
+            guard upper.count == 1, let round = upper.first else {
+                folded.append(single)
+                continue
+            }
+            let again = String(round).lowercased().unicodeScalars
+            folded.append(contentsOf: again.count == 1 ? again : lower)
+        }
+        return String(folded)
+    }
+
+    /// NFKC, case folding, NFKC: the mapping of the local part (simple folding) and, keeping the deviations, of
+    /// domain labels (full folding, as UTS #46 maps them).
     static func mapped(_ text: String, keepingDeviations: Bool = false) -> String {
-        caseFolded(text.precomposedStringWithCompatibilityMapping, keepingDeviations: keepingDeviations)
-            .precomposedStringWithCompatibilityMapping
+        let compatible = text.precomposedStringWithCompatibilityMapping
+        let folded = keepingDeviations ? caseFolded(compatible, keepingDeviations: true) : simpleCaseFolded(compatible)
+        return folded.precomposedStringWithCompatibilityMapping
+    }
+
+    /// RFC 1123 host name label (after mapping, so an A-label or ASCII): letters, digits and hyphens, neither first
+    /// nor last a hyphen.
+    static func isHostLabel(_ label: some Collection<UInt8>) -> Bool {
+        guard let first = label.first, let last = label.reversed().first, first != UInt8(ascii: "-"), last != UInt8(ascii: "-") else {
+            return false
+        }
+        return label.allSatisfy { byte in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                || byte == UInt8(ascii: "-")
+        }
+    }
+
+    static let notAHostName = InvalidField("email", "has a domain that is not a host name (letters, digits and hyphens)")
+
+    /// Label separators of UTS #46 before mapping: the full stop, and the ideographic, fullwidth and halfwidth ones.
+    static func isLabelSeparator(_ scalar: Unicode.Scalar) -> Bool {
+        scalar == "." || scalar == "\u{3002}" || scalar == "\u{FF0E}" || scalar == "\u{FF61}"
     }
 
     /// Only surrounding ASCII spaces are taken away; any other space, tab or newline makes the value invalid.
@@ -115,6 +173,10 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         // combining mark after "@" would hide it inside one grapheme.
         let value = String(trimmed).precomposedStringWithCompatibilityMapping
         guard value.unicodeScalars.allSatisfy(isAllowed) else { throw invisible }
+        // A separator NFKC made from something else (U+2024 ONE DOT LEADER is a dot after NFKC, and so are the
+        // dots inside ⒈): refused, not taken as the label break it looks like.
+        let separators = { (text: Substring.UnicodeScalarView) in text.filter(isLabelSeparator).count }
+        guard separators(trimmed.unicodeScalars) == separators(Substring(value).unicodeScalars) else { throw notAHostName }
         guard value.unicodeScalars.count <= 254 else { throw InvalidField("email", "is longer than 254 characters") }
         let scalars = Array(value.unicodeScalars)
         guard !scalars.contains(where: { $0.properties.isWhitespace || $0 == "\"" || $0 == "," }),
@@ -128,6 +190,7 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         let aLabels = try labels.map { label throws(InvalidField) in
             try aLabel(Substring(String(String.UnicodeScalarView(Array(label)))))
         }
+        guard aLabels.allSatisfy({ isHostLabel($0.utf8) }) else { throw notAHostName }
         let mappedDomain = aLabels.joined(separator: ".")
         guard local.unicodeScalars.allSatisfy(isAllowed), !local.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0 == "@" })
         else { throw invisible }
@@ -159,6 +222,8 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
         guard scalars.allSatisfy(isAllowed), let first = scalars.first,
               ![.nonspacingMark, .spacingMark, .enclosingMark].contains(first.properties.generalCategory)
         else { throw invalid }
+        // RFC 5891 4.2.3.1: nor does it begin or end with a hyphen (its A-label would hide that).
+        guard first != "-", scalars.last != "-" else { throw notAHostName }
         // Letters, marks, digits and hyphens: what IDNA 2008 lets a label hold, near enough for a key.
         guard scalars.allSatisfy({ scalar in
             scalar == "-" || scalar.properties.isAlphabetic || scalar.properties.generalCategory == .decimalNumber
@@ -215,6 +280,7 @@ public struct Email: Sendable, Hashable, CustomStringConvertible {
                     return .notASCII
                 }
                 if index - labelStart > 63 { return .failed(InvalidField("email", "has a domain label longer than 63 characters")) }
+                if !Email.isHostLabel(UnsafeBufferPointer(rebasing: bytes[labelStart..<index])) { return .failed(Email.notAHostName) }
                 labelStart = index + 1
             }
             let count = end - start
