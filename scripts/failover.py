@@ -290,17 +290,22 @@ def recovery(outcomes, fault):
     """When writes succeeded again: the end of the first quick 2xx write that started after the start of the last
     write that failed or stalled (ended after the fault). None while there is none."""
     writes = [o for o in outcomes if o.kind == "write" and o.end > fault]
-    bad = [o for o in writes if not o.ok or o.duration > SLOW]
+    bad = failed_or_stalled(outcomes, fault)
     after = max((o.start for o in bad), default=float("-inf"))
     ends = [o.end for o in writes if o.ok and o.duration <= SLOW and o.start > after]
     return min(ends) if ends else None
 
 
+def failed_or_stalled(outcomes, fault):
+    """The writes that ended after the fault and failed or took longer than SLOW."""
+    return [o for o in outcomes if o.kind == "write" and o.end > fault and (not o.ok or o.duration > SLOW)]
+
+
 def outage_of(outcomes, fault, rec):
     """How long writes stopped: from the start of the first write that failed or stalled (ended after the fault) to
     the recovery. None when no write failed or stalled, or writes did not recover."""
-    bad = [o.start for o in outcomes if o.kind == "write" and o.end > fault and (not o.ok or o.duration > SLOW)]
-    return None if rec is None or not bad else rec - min(bad)
+    bad = failed_or_stalled(outcomes, fault)
+    return None if rec is None or not bad else rec - min(o.start for o in bad)
 
 
 # --- a scenario ----------------------------------------------------------------------------------------------------

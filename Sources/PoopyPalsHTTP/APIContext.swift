@@ -10,13 +10,17 @@ public struct APIContext: RequestContext {
     /// Set by `APIMiddleware` from `X-Device-ID`: the device, or why there is none.
     var resolvedDevice: Result<DeviceID, AuthenticationError> = .failure(.missingDeviceID)
 
-    /// The client's address as the socket gives it (a proxy's, behind one: `ClientNetwork`).
-    let remoteAddress: SocketAddress?
+    /// The request's connection, for its peer's address when a route asks (`remoteAddress`).
+    private let channel: any Channel
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
+        channel = source.channel
     }
+
+    /// The client's address as the socket gives it (a proxy's, behind one: `ClientNetwork`). Read only when asked:
+    /// off the event loop NIO reads it under a lock, which every request would otherwise take.
+    var remoteAddress: SocketAddress? { channel.remoteAddress }
 
     /// Bodies over 64 KiB are refused with 413.
     public var maxUploadSize: Int { Self.maxUploadSize }

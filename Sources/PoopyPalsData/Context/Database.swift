@@ -13,8 +13,8 @@ public final class Database: Sendable {
     public let readPool: ConnectionPool?
     public let retryPolicy: RetryPolicy
     public let timeouts: RequestTimeouts
-    /// `timeouts` as the transaction sets them.
-    private let timeoutSettings: TimeoutSettings
+    /// `timeouts`, `quotas` and `rates` as the transaction's context statement sets them.
+    private let contextSettings: ContextSettings
     private let logger = Logger(label: "poopypals.db")
     private let retries = Counter(label: "poopypals_db_retries_total")
     private let readsOnPrimary = Counter(label: "poopypals_db_reads_on_primary_total")
@@ -37,7 +37,7 @@ public final class Database: Sendable {
         self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
-        timeoutSettings = TimeoutSettings(timeouts, quotas: quotas, rates: rates)
+        contextSettings = ContextSettings(timeouts, quotas: quotas, rates: rates)
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.
@@ -110,7 +110,7 @@ public final class Database: Sendable {
         freshAt: ConsistencyToken?, recorder: CommitRecorder?, _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
-        let settings = timeoutSettings
+        let settings = contextSettings
         let quotas = quotas
         let rates = rates
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
@@ -118,7 +118,7 @@ public final class Database: Sendable {
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
-                let transaction = DeviceTransaction(connection: connection, device: device, timeouts: settings,
+                let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder)
                 do {
                     let value = try work(transaction)

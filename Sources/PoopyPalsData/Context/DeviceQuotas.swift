@@ -29,11 +29,7 @@ public struct DeviceQuotas: Sendable, Equatable {
     /// - Throws: `InvalidField` naming the variable when it is not a whole number in `allowed`.
     public static func fromEnvironment(_ environment: [String: String]) throws -> DeviceQuotas {
         func read(_ name: String, default value: Int) throws -> Int {
-            guard let text = environment[name], !text.isEmpty else { return value }
-            guard text.count <= 9, let number = Int(text), allowed.contains(number) else {
-                throw InvalidField(name, "must be a whole number from 1 to 10000000")
-            }
-            return number
+            try EnvironmentNumber.read(name, in: allowed, default: value, from: environment)
         }
         let defaults = DeviceQuotas.default
         return DeviceQuotas(maxLogs: try read("POOPYPALS_MAX_LOGS_PER_DEVICE", default: defaults.maxLogs),

@@ -37,9 +37,6 @@ public final class DeviceSlots: Sendable {
         return try await body()
     }
 
-    /// Slots held now, all devices together (for tests and metrics).
-    public var held: Int { state.withLock { $0.held.values.reduce(0, +) } }
-
     private func acquire(_ key: UUID) async throws {
         let perDevice = perDevice
         let granted = state.withLock { state -> Bool in

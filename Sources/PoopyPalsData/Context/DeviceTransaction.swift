@@ -28,7 +28,7 @@ public final class DeviceTransaction {
     /// - Parameter freshAt: on a standby, the transaction goes on only if the standby has replayed this far (checked
     ///   in the same round trip as the first statement); else `StaleStandby` is thrown. A primary is always fresh.
     /// - Parameter recorder: receives the position the COMMIT reached (a write's `Consistency-Token`).
-    init(connection: Connection, device: DeviceID, timeouts: TimeoutSettings = .default, snapshot: Bool = false, readOnly: Bool = false,
+    init(connection: Connection, device: DeviceID, settings: ContextSettings = .default, snapshot: Bool = false, readOnly: Bool = false,
          freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil) {
         self.connection = connection
         self.device = device
@@ -40,8 +40,8 @@ public final class DeviceTransaction {
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         prefix.append(PostgresQuery(unsafeSQL: Self.context, textBinds: [
-            Database.serviceRole, UUIDText.lowercase(device.key), timeouts.statement, timeouts.lock, timeouts.idleInTransaction,
-            timeouts.maxLogs, timeouts.maxTombstones, timeouts.writeBurst, timeouts.writeRate,
+            Database.serviceRole, UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
+            settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
         ]))
         if let freshAt {
             prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")

@@ -28,11 +28,7 @@ public struct RateLimits: Sendable, Equatable {
     /// - Throws: `InvalidField` naming the variable.
     public static func fromEnvironment(_ environment: [String: String]) throws -> RateLimits {
         func read(_ name: String, _ range: ClosedRange<Int>, default value: Int) throws -> Int {
-            guard let text = environment[name], !text.isEmpty else { return value }
-            guard text.count <= 10, let number = Int(text), range.contains(number) else {
-                throw InvalidField(name, "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
-            }
-            return number
+            try EnvironmentNumber.read(name, in: range, default: value, from: environment)
         }
         let defaults = RateLimits.default
         return RateLimits(
@@ -62,12 +58,9 @@ public struct RateLimits: Sendable, Equatable {
     /// The key of a client's network for its registration bucket: hex of SHA-256("poopypals.network.v1:" + the
     /// network's text), so that the database never holds an address. `network` is what `ClientNetwork` names.
     public static func networkKey(_ network: String) -> String {
+        let digits = Array("0123456789abcdef".utf8)
         let digest = SHA256.hash(data: Array(("poopypals.network.v1:" + network).utf8))
-        return digest.map { byte in
-            let hex = "0123456789abcdef".utf8
-            return String(decoding: [hex[hex.index(hex.startIndex, offsetBy: Int(byte >> 4))],
-                                     hex[hex.index(hex.startIndex, offsetBy: Int(byte & 15))]], as: UTF8.self)
-        }.joined()
+        return String(decoding: digest.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
     }
 }
 

@@ -67,28 +67,3 @@ public struct RequestTimeouts: Sendable, Equatable {
         return String(clamped.components.seconds * 1000 + clamped.components.attoseconds / 1_000_000_000_000_000)
     }
 }
-
-/// A `RequestTimeouts` as the transaction's `set_config` calls take it: whole milliseconds, as text. Made once per
-/// `Database`: formatting the three durations was 2 k instructions on every request.
-/// The device's quotas (sql/0014) and write rate (sql/0015) travel with them, as text too.
-struct TimeoutSettings: Sendable {
-    let statement: String
-    let lock: String
-    let idleInTransaction: String
-    let maxLogs: String
-    let maxTombstones: String
-    let writeBurst: String
-    let writeRate: String
-
-    init(_ timeouts: RequestTimeouts, quotas: DeviceQuotas = .default, rates: RateLimits = .default) {
-        writeBurst = String(rates.writeBurst)
-        writeRate = String(rates.writesPerSecond)
-        statement = RequestTimeouts.milliseconds(timeouts.statement)
-        lock = RequestTimeouts.milliseconds(timeouts.lock)
-        idleInTransaction = RequestTimeouts.milliseconds(timeouts.idleInTransaction)
-        maxLogs = String(quotas.maxLogs)
-        maxTombstones = String(quotas.maxTombstones)
-    }
-
-    static let `default` = TimeoutSettings(.default)
-}

@@ -33,19 +33,6 @@ public struct PoopLog: Sendable, Equatable, Codable {
         return size
     }
 
-    /// How many of `logs`, from the first, fit in `budget` bytes of response (`responseSizeBound`); at least one,
-    /// so that a page always moves on.
-    public static func countFitting(_ sizes: some Sequence<Int>, budget: Int) -> Int {
-        var total = 0
-        var count = 0
-        for size in sizes {
-            total += size
-            if count > 0 && total > budget { break }
-            count += 1
-        }
-        return count
-    }
-
     /// Notes as stored: an empty string is no notes (NULL), so that `"notes": ""` clears them.
     public static func storedNotes(_ notes: String?) -> String? {
         notes?.isEmpty == true ? nil : notes

@@ -4,4 +4,17 @@
 /// no notes) are far below it and keep their full `limit`.
 public enum PageBytes {
     public static let budget = 512 * 1024
+
+    /// How many items, from the first, of these response sizes (`PoopLog.responseSizeBound`) fit in `budget`; at
+    /// least one, so that a page always moves on.
+    static func countFitting(_ sizes: some Sequence<Int>) -> Int {
+        var total = 0
+        var count = 0
+        for size in sizes {
+            total += size
+            if count > 0 && total > budget { break }
+            count += 1
+        }
+        return count
+    }
 }

@@ -160,7 +160,7 @@ public struct PoopLogRepository: Sendable {
             let result = try tx.finalQuery(query)
             return try PoopLog.decode(result.prefix(limit + 1), of: result)
         }
-        let fitting = PoopLog.countFitting(logs.prefix(limit).lazy.map(\.responseSizeBound), budget: PageBytes.budget)
+        let fitting = PageBytes.countFitting(logs.prefix(limit).lazy.map(\.responseSizeBound))
         let items = Array(logs.prefix(fitting))
         let next = logs.count > fitting ? items.last.flatMap { LogCursor(occurredAt: $0.occurredAt, id: $0.id).encoded } : nil
         return PoopLogPage(items: items, nextCursor: next)

@@ -83,7 +83,7 @@ public struct SyncRepository: Sendable {
         let sizes = rows.prefix(limit).lazy.map { change -> Int in
             if case .upsert(let log) = change.1 { log.responseSizeBound } else { 128 }
         }
-        let page = rows.prefix(PoopLog.countFitting(sizes, budget: PageBytes.budget))
+        let page = rows.prefix(PageBytes.countFitting(sizes))
         let last = page.last?.0 ?? after
         let hasMore = rows.count > page.count
         return SyncPage(changes: page.map(\.1), cursor: SyncCursor(sequence: last, position: hasMore ? consistency : nil).encoded,

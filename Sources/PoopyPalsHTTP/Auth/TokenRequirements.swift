@@ -34,6 +34,4 @@ public struct TokenRequirements: Sendable, Equatable {
         }
         return requirements
     }
-
-
 }

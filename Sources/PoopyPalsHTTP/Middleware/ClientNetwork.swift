@@ -1,11 +1,13 @@
 import Hummingbird
 import NIOCore
 
-/// Names the network a request comes from, for the registration limit (sql/0015): an IPv4 address whole, an IPv6
-/// address by its /64 (what one subscriber is given). The socket's peer, unless it is one of `trustedProxies`: then
-/// the last address of `X-Forwarded-For` that is not a trusted proxy (what the nearest untrusted hop said). A header
-/// from anyone else is ignored: a client cannot name itself another network.
+/// Names the network a client is on, for the registration limit (sql/0015) and the connection limit per address:
+/// an IPv4 address whole (an IPv4-mapped IPv6 address counts as its IPv4 one), an IPv6 address by its /64 (what one
+/// subscriber is given). For a request: the socket's peer, unless it is one of `trustedProxies`; then the last
+/// address of `X-Forwarded-For` that is not a trusted proxy (what the nearest untrusted hop said). A header from
+/// anyone else is ignored: a client cannot name itself another network.
 struct ClientNetwork: Sendable {
+    /// In `normalized` form.
     let trustedProxies: Set<String>
 
     init(trustedProxies: [String] = []) {
@@ -13,43 +15,60 @@ struct ClientNetwork: Sendable {
     }
 
     func name(of request: Request, context: APIContext) -> String? {
-        guard let peer = context.remoteAddress?.ipAddress.flatMap(Self.normalized) else { return nil }
-        guard trustedProxies.contains(peer) else { return Self.network(peer) }
+        guard let peer = context.remoteAddress else { return nil }
+        guard isTrustedProxy(peer) else { return Self.network(of: peer) }
         let hops = request.headers[values: .init("X-Forwarded-For")!]
             .flatMap { $0.split(separator: ",") }
             .map { $0.trimmingCharacters(in: .whitespaces) }
         for hop in hops.reversed() {
-            guard let address = Self.normalized(hop) else { return Self.network(peer) }  // a malformed hop: stop there
-            if !trustedProxies.contains(address) { return Self.network(address) }
+            guard let address = Self.address(hop) else { return Self.network(of: peer) }  // a malformed hop: stop there
+            if !isTrustedProxy(address) { return Self.network(of: address) }
         }
-        return Self.network(peer)
+        return Self.network(of: peer)
+    }
+
+    /// True when `address` is one of the proxies whose `X-Forwarded-For` is believed.
+    func isTrustedProxy(_ address: SocketAddress) -> Bool {
+        !trustedProxies.isEmpty && Self.normalized(address).map(trustedProxies.contains) == true
+    }
+
+    /// An IP address read from text (at most 64 characters), or nil.
+    static func address(_ text: String) -> SocketAddress? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard trimmed.count <= 64 else { return nil }
+        return try? SocketAddress(ipAddress: trimmed, port: 0)
     }
 
     /// An address in one canonical text form (IPv4-mapped IPv6 as IPv4), or nil when it is not an IP address.
-    static func normalized(_ text: String) -> String? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard trimmed.count <= 64, let address = try? SocketAddress(ipAddress: trimmed, port: 0) else { return nil }
+    static func normalized(_ text: String) -> String? { address(text).flatMap(normalized) }
+
+    static func normalized(_ address: SocketAddress) -> String? {
         switch address {
         case .v4: return address.ipAddress
-        case .v6:
-            guard let ip = address.ipAddress else { return nil }
-            if ip.lowercased().hasPrefix("::ffff:"), ip.contains(".") { return String(ip.dropFirst(7)) }
-            return ip
+        case .v6(let v6): return mappedIPv4(v6) ?? address.ipAddress
         default: return nil
         }
     }
 
     /// `v4:a.b.c.d`, or `v6:` and the first four groups of the address (its /64).
-    static func network(_ address: String) -> String? {
-        guard let parsed = try? SocketAddress(ipAddress: address, port: 0) else { return nil }
-        switch parsed {
-        case .v4: return "v4:" + address
+    static func network(_ text: String) -> String? { address(text).flatMap(network(of:)) }
+
+    static func network(of address: SocketAddress) -> String? {
+        switch address {
+        case .v4: return address.ipAddress.map { "v4:" + $0 }
         case .v6(let v6):
-            var raw = v6.address.sin6_addr
-            let bytes = withUnsafeBytes(of: &raw) { Array($0.prefix(8)) }
+            if let v4 = mappedIPv4(v6) { return "v4:" + v4 }
+            let bytes = withUnsafeBytes(of: v6.address.sin6_addr) { Array($0.prefix(8)) }
             return "v6:" + stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
                 .joined(separator: ":") + "::/64"
         default: return nil
         }
+    }
+
+    /// The dotted IPv4 address of an IPv4-mapped IPv6 one (`::ffff:a.b.c.d`), else nil.
+    private static func mappedIPv4(_ v6: SocketAddress.IPv6Address) -> String? {
+        let bytes = withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) }
+        guard bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff else { return nil }
+        return bytes[12...].map(String.init).joined(separator: ".")
     }
 }

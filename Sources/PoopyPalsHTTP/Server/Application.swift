@@ -31,8 +31,9 @@ func buildApplication(
     let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts,
                             quotas: configuration.quotas, rates: configuration.rates)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
+    let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies)
     let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry,
-                                maxExports: configuration.maxExports, clientNetwork: ClientNetwork(trustedProxies: configuration.trustedProxies))
+                                maxExports: configuration.maxExports, clientNetwork: clientNetwork)
     // The route templates, to answer a known path with a wrong method 405 and `Allow`.
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)
@@ -55,7 +56,7 @@ func buildApplication(
     // NIOAsyncChannel, is not used.
     let requests = RequestRunner(responder: router.buildResponder(), executor: pools.requests.taskExecutor(), logger: logger)
     let requestTimeout = TimeAmount(configuration.requestTimeout), idleTimeout = TimeAmount(configuration.idleTimeout)
-    let perAddress = ConnectionsPerAddress(limit: configuration.maxConnectionsPerAddress, trustedProxies: configuration.trustedProxies)
+    let perAddress = ConnectionsPerAddress(limit: configuration.maxConnectionsPerAddress, clientNetwork: clientNetwork)
     return Application(
         responder: requests.responder,
         server: HTTPServerBuilder { _ in

@@ -14,7 +14,8 @@ final class ExportGate: @unchecked Sendable {
         self.limit = max(1, limit)
     }
 
-    /// A pass for `device`, or nil when it already exports or `limit` exports run. Give it back with `leave`.
+    /// True when `device` may export now (give it back with `leave`); false when it already exports or `limit`
+    /// exports run.
     func enter(_ device: DeviceID) -> Bool {
         lock.lock()
         defer { lock.unlock() }
