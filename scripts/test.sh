@@ -50,11 +50,16 @@ if ! { command -v docker >/dev/null && docker compose version >/dev/null 2>&1; }
 fi
 
 failed=()
+# Each suite's output is kept, so that the end of the run can repeat which tests failed and why: a long run's
+# last screen is what a reader (and CI's summary) sees.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for i in "${!labels[@]}"; do
   echo
   echo "== ${labels[$i]} =="
   if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} \
-       POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests; then
+       POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests \
+       2>&1 | tee "$logs/suite-$i.log"; then
     failed+=("${labels[$i]}")
   fi
 done
@@ -64,7 +69,8 @@ done
 echo
 echo "== under load (${labels[0]}) =="
 if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
-     POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests; then
+     POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests \
+     2>&1 | tee "$logs/load.log"; then
   failed+=("under load")
 fi
 
@@ -109,6 +115,11 @@ fi
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then
+  # Swift Testing marks a failed test and each of its issues with ✘; the lines after an issue say where and what.
+  for log in "$logs"/*.log; do
+    [ -e "$log" ] || continue
+    grep -A4 '✘' "$log" | grep -v '^--$' | head -60 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
+  done
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2
   exit 1
 fi
