@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# A local pg_auto_failover 2.0 formation for failover tests (scripts/failover.py): a monitor and two PostgreSQL 15
-# nodes with synchronous replication, one PgBouncer (transaction pooling) per node, all on 127.0.0.1.
+# A local pg_auto_failover 2.0 formation for failover tests (scripts/failover.py): a monitor and three PostgreSQL 15
+# nodes (a primary and two standbys, number_sync_standbys 1: every commit is on two nodes before it is acknowledged,
+# also while one node is down), one PgBouncer (transaction pooling) per node, all on 127.0.0.1.
+#
+# Why three: with two nodes pg_auto_failover must keep number_sync_standbys at 0, and then a primary whose one
+# standby is unhealthy is assigned wait_primary, which empties synchronous_standby_names: commits are acknowledged
+# with one copy until the standby is back (measured: 6 s after a standby is killed), and lose that node then and
+# they are gone. Worse, the monitor once took the standby it was promoting in a switchover for an unhealthy one,
+# set the draining primary to wait_primary, and 1 717 writes it acknowledged alone were rewound away. With two
+# standbys in the quorum (ANY 1), losing either keeps a synchronous copy; losing both blocks commits rather than
+# acknowledge what could be lost.
 #
 #   scripts/cluster.sh install         apt-get install pg-auto-failover-cli, postgresql-15-auto-failover, pgbouncer
 #                                      when missing (start does it itself)
-#   scripts/cluster.sh start           ensure the formation runs with a primary and a secondary in sync; print the
+#   scripts/cluster.sh start           ensure the formation runs with a primary and both secondaries in sync; print the
 #                                      multi-host URL (target_session_attrs=read-write) on stdout
-#   scripts/cluster.sh url | pgbouncer-url   the multi-host URL, direct or through the two PgBouncers
-#   scripts/cluster.sh pgbouncer-restart [defaults]   restart both PgBouncers (they cache their node's
-#                                      in_hot_standby: see below); print pgbouncer-url. `defaults`: without our
-#                                      server_login_retry, server_connect_timeout and query_wait_timeout
+#   scripts/cluster.sh url | pgbouncer-url   the multi-host URL, direct or through the PgBouncers
+#   scripts/cluster.sh pgbouncer-restart [defaults]   restart the PgBouncers (they cache their node's
+#                                      in_hot_standby: see below); print pgbouncer-url. `defaults`: only what the
+#                                      README requires (server_connect_timeout, query_wait_timeout at defaults)
 #   scripts/cluster.sh status          which node is primary / secondary, with ports (pg_autoctl show state)
 #   scripts/cluster.sh primary-port | secondary-port
 #   scripts/cluster.sh node-pids PORT  the node's keeper, its postmaster and every backend (one a line)
@@ -18,14 +27,16 @@
 #                                      PostgreSQL); resume-node PORT sends SIGCONT
 #   scripts/cluster.sh restart-node PORT   start the node's keeper again after a kill: it rejoins as secondary
 #   scripts/cluster.sh switchover      pg_autoctl perform switchover, bounded in time
-#   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and a secondary in sync
+#   scripts/cluster.sh primaries-sync  each node taking writes: NAME PORT 'synchronous_standby_names' ('' = commits
+#                                      acknowledged with one copy)
+#   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and both secondaries in sync
 #   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
 #   scripts/cluster.sh reset           stop and delete the state
 #
 # State lives in .cluster/ (or /tmp/poopypals-cluster-<cksum of the checkout> when the postgres user cannot enter
 # the checkout, as scripts/db.sh does for .pg): data folders, pg_autoctl's config (XDG_* point there), logs
-# (monitor.log, node1.log, node2.log are the keepers'; PostgreSQL's own are in <pgdata>/log/), PIDs, ports.
-# Ports: the first free from 29300 (monitor), 29301 and 29302 (nodes), 29311 and 29312 (PgBouncers): below the
+# (monitor.log, node1.log ... node3.log are the keepers'; PostgreSQL's own are in <pgdata>/log/), PIDs, ports.
+# Ports: the first free from 29300 (monitor), 29301-29303 (nodes), 29311-29313 (PgBouncers): below the
 # kernel's ephemeral range (32768-60999 on Linux), so that no client socket of the load takes a node's port while
 # it restarts after a kill (seen once with 543xx: the monitor could not bind its port on a restart under load).
 # The project's other servers use 55432, 55418 and 555xx. Throw-away: fsync is off; synchronous_commit stays as
@@ -37,6 +48,9 @@
 # as scripts/db.sh makes it) authenticates with scram-sha-256 over TCP; pg_auto_failover's own roles and the
 # local socket (a private folder) are trusted on loopback.
 set -euo pipefail
+
+NODES="node1 node2 node3"
+PGBOUNCERS="pgbouncer1 pgbouncer2 pgbouncer3"
 
 say() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
@@ -122,7 +136,7 @@ pick_port() {
 port_of() { awk -v n="$1" '$1 == n { print $2 }' "$STATE/ports" 2>/dev/null; }
 node_of_port() {
   local name; name=$(awk -v p="$1" '$2 == p && $1 ~ /^node/ { print $1 }' "$STATE/ports" 2>/dev/null)
-  [ -n "$name" ] || die "no node of this cluster on port $1 (nodes: $(port_of node1) $(port_of node2))"
+  [ -n "$name" ] || die "no node of this cluster on port $1 (nodes: $(for n in $NODES; do printf '%s ' "$(port_of "$n")"; done))"
   echo "$name"
 }
 
@@ -134,7 +148,7 @@ alive() {
   stat=${stat##*) }; [ "${stat%% *}" != Z ]
 }
 any_alive() { local pid; for pid in "$@"; do alive "$pid" && return 0; done; return 1; }
-# The keeper (pg_autoctl run) of node1/node2/monitor, when running.
+# The keeper (pg_autoctl run) of a node or the monitor, when running.
 keeper_pid() {
   local pid; pid=$(cat "$STATE/$1.pid" 2>/dev/null || true)
   if alive "$pid" && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q "pg_autoctl"; then echo "$pid"; fi
@@ -203,25 +217,26 @@ node_in_state() {  # STATE... → the name of the node whose reported and assign
 }
 port_in_state() { local n; n=$(node_in_state "$@"); [ -n "$n" ] && port_of "$n"; }
 
-# Healthy: a primary and a secondary, both as assigned and answering the monitor's probes, and the secondary
-# streaming as a synchronous (quorum) standby of the primary.
+# Healthy: a primary and every other node a secondary, all as assigned and answering the monitor's probes, and
+# every secondary streaming as a synchronous (quorum) standby of the primary.
 healthy() {
   local states; states=$(node_states) || return 1
-  local primary secondary
+  local primary secondaries nodes
+  nodes=$(echo "$NODES" | wc -w)
   primary=$(echo "$states" | awk '$2 == "primary" && $3 == "primary" && $4 == 1 { print $1; exit }')
-  secondary=$(echo "$states" | awk '$2 == "secondary" && $3 == "secondary" && $4 == 1 { print $1; exit }')
-  [ -n "$primary" ] && [ -n "$secondary" ] || return 1
+  secondaries=$(echo "$states" | awk '$2 == "secondary" && $3 == "secondary" && $4 == 1 { n++ } END { print n + 0 }')
+  [ -n "$primary" ] && [ "$secondaries" -eq $((nodes - 1)) ] || return 1
   local in_sync
   in_sync=$(psql_socket "$(port_of "$primary")" -d postgres -c \
     "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')
        AND current_setting('synchronous_standby_names') <> ''" 2>/dev/null) || return 1
-  [ "${in_sync:-0}" -ge 1 ]
+  [ "${in_sync:-0}" -ge $((nodes - 1)) ]
 }
 
 explain_timeout() {
   autoctl show state --monitor "$(monitor_url)" >&2 2>&1 || true
   local name
-  for name in monitor node1 node2; do
+  for name in monitor $NODES; do
     [ -f "$STATE/$name.log" ] || continue
     echo "--- last lines of $STATE/$name.log" >&2; tail -15 "$STATE/$name.log" >&2
   done
@@ -231,7 +246,7 @@ wait_healthy() {
   local seconds=${1:-60} deadline
   deadline=$((SECONDS + seconds))
   until healthy; do
-    [ $SECONDS -lt $deadline ] || { explain_timeout; die "no primary with a secondary in sync after ${seconds}s"; }
+    [ $SECONDS -lt $deadline ] || { explain_timeout; die "no primary with both secondaries in sync after ${seconds}s"; }
     sleep 0.5
   done
 }
@@ -316,7 +331,7 @@ host    all           all         127.0.0.1/32    trust
 local   replication   all                         trust
 host    replication   all         127.0.0.1/32    trust
 HBA
-  fi  # node2 is made by pg_basebackup from node1: its folder must not exist
+  fi  # node2 and node3 are made by pg_basebackup from node1: their folders must not exist
   # shellcheck disable=SC2046
   as_owner timeout 120 env $(autoctl_env) pg_autoctl create postgres --pgctl "$BINDIR/pg_ctl" --pgdata "$pgdata" \
     --pgport "$(port_of "$name")" --listen 127.0.0.1 --hostname 127.0.0.1 --name "$name" \
@@ -348,10 +363,13 @@ create_cluster() {
   rm -rf "$STATE" "$(socket_dir)"
   mkdir -p "$STATE" "$XDG/config" "$XDG/data" "$XDG/run"
   SOCK=$(socket_dir); mkdir -p "$SOCK"; echo "$SOCK" >"$STATE/socket_dir"
-  local m n1 n2 b1 b2
-  m=$(pick_port 29300); n1=$(pick_port 29301 "$m"); n2=$(pick_port 29302 "$m" "$n1")
-  b1=$(pick_port 29311 "$m" "$n1" "$n2"); b2=$(pick_port 29312 "$m" "$n1" "$n2" "$b1")
-  printf 'monitor %s\nnode1 %s\nnode2 %s\npgbouncer1 %s\npgbouncer2 %s\n' "$m" "$n1" "$n2" "$b1" "$b2" >"$STATE/ports"
+  local taken=() port name i=0
+  port=$(pick_port 29300); taken+=("$port"); echo "monitor $port" >"$STATE/ports"
+  for name in $NODES $PGBOUNCERS; do
+    i=$((i + 1)); [ "$name" = pgbouncer1 ] && i=11
+    port=$(pick_port $((29300 + i)) "${taken[@]}"); taken+=("$port"); echo "$name $port" >>"$STATE/ports"
+  done
+  local n1; n1=$(port_of node1)
   random_hex 24 >"$STATE/password"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
   chmod 700 "$STATE" "$SOCK"
@@ -369,12 +387,20 @@ CREATE DATABASE poopypals OWNER poopypals;
 SQL
   create_node node2
   launch_keeper node2 "$STATE/node2"
+  # One standby at a time: the second joins once the first is a secondary (the monitor then raises
+  # number_sync_standbys to 1 by itself; it is set again below so that it never depends on that).
+  wait_node_state node2 secondary 120
+  create_node node3
+  launch_keeper node3 "$STATE/node3"
+  wait_node_state node3 secondary 120
+  autoctl set formation number-sync-standbys 1 --monitor "$(monitor_url)" >>"$STATE/monitor.log" 2>&1 \
+    || die "pg_autoctl set formation number-sync-standbys 1 failed"
   touch "$STATE/created"
 }
 
 # --- PgBouncer, one per node, like scripts/db.sh start_pgbouncer --------------------------------------------
 pgbouncer_pid() { local pid; pid=$(cat "$STATE/$1/pgbouncer.pid" 2>/dev/null || true); alive "$pid" && echo "$pid"; return 0; }
-start_pgbouncer() {  # pgbouncer1|pgbouncer2 [defaults]
+start_pgbouncer() {  # pgbouncerN [defaults] (in front of nodeN)
   local name=$1 node=node${1#pgbouncer} dir=$STATE/$1 mode=${2:-tuned}
   [ -z "$(pgbouncer_pid "$name")" ] || return 0
   local bin; bin=$(pgbouncer_bin) || die "pgbouncer not found"
@@ -385,12 +411,15 @@ start_pgbouncer() {  # pgbouncer1|pgbouncer2 [defaults]
   as_owner chmod 600 "$dir/userlist.txt"
   # server_login_retry (default 15 s) is how long PgBouncer refuses logins after one failed connect to its node;
   # server_connect_timeout (15 s) and query_wait_timeout (120 s) bound a client waiting for a server. `defaults`
-  # leaves all three at PgBouncer's defaults, keeping only what the README requires (failover.py --pgbouncer-defaults:
-  # the service must not depend on them).
+  # leaves the last two at PgBouncer's defaults and keeps only what the README requires (failover.py
+  # --pgbouncer-defaults: the service must not depend on them). server_login_retry is required since the formation
+  # has two standbys: in a failover pg_auto_failover restarts every standby (report_lsn), so every PgBouncer sees a
+  # failed login at once, and at 15 s all of them refused writes for 15 s (measured: 15.6 s).
   local tuning="server_login_retry = 1
 server_connect_timeout = 3
 query_wait_timeout = 15"
-  [ "$mode" = defaults ] && tuning="; PgBouncer's defaults: server_login_retry, server_connect_timeout, query_wait_timeout"
+  [ "$mode" = defaults ] && tuning="server_login_retry = 1
+; PgBouncer's defaults: server_connect_timeout, query_wait_timeout"
   for attempt in $(seq 10); do
     as_owner tee "$dir/pgbouncer.ini" >/dev/null <<INI
 [databases]
@@ -418,32 +447,37 @@ INI
   port_in_use "$port" || die "$name found no port to listen on after $attempt tries"
 }
 
-app_url() {  # the multi-host URL over the ports of $1 and $2 (node1 node2 | pgbouncer1 pgbouncer2)
-  echo "postgresql://poopypals:$(cat "$STATE/password")@127.0.0.1:$(port_of "$1"),127.0.0.1:$(port_of "$2")/poopypals?target_session_attrs=read-write"
+app_url() {  # NAME... → the multi-host URL over their ports ($NODES or $PGBOUNCERS)
+  local hosts="" name
+  for name in "$@"; do hosts="$hosts,127.0.0.1:$(port_of "$name")"; done
+  echo "postgresql://poopypals:$(cat "$STATE/password")@${hosts#,}/poopypals?target_session_attrs=read-write"
 }
 
 # --- start / stop ----------------------------------------------------------------------------------------
 start_cluster() {
   install_packages
   [ -x "$BINDIR/pg_ctl" ] || die "$BINDIR/pg_ctl not found (apt-get install postgresql-15)"
-  if [ ! -f "$STATE/created" ]; then
+  if [ -f "$STATE/created" ] && [ -z "$(port_of node3)" ]; then
+    say "$STATE holds a two-node formation of an older version of this script: making it again with three"
+  fi
+  if [ ! -f "$STATE/created" ] || [ -z "$(port_of node3)" ]; then
     create_cluster
   else
     SOCK=$(socket_dir); mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres: "$SOCK"
     local name
-    for name in node1 node2; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
+    for name in $NODES; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
     [ -n "$(keeper_pid monitor)" ] || { say "starting the monitor"; launch_keeper monitor "$MONITOR_DATA"; }
-    for name in node1 node2; do
+    for name in $NODES; do
       [ -n "$(keeper_pid "$name")" ] || { say "starting $name"; launch_keeper "$name" "$STATE/$name"; }
     done
   fi
-  start_pgbouncer pgbouncer1
-  start_pgbouncer pgbouncer2
+  for name in $PGBOUNCERS; do start_pgbouncer "$name"; done
   wait_healthy 90
-  local url; url=$(app_url node1 node2)
+  # shellcheck disable=SC2086
+  local url; url=$(app_url $NODES)
   PGCONNECT_TIMEOUT=5 timeout 10 "$BINDIR/psql" "$url" -X -A -t -q -c "SELECT 1" >/dev/null \
     || die "the formation is healthy but the app login does not connect: $STATE/node*/log/"
-  say "primary on 127.0.0.1:$(port_in_state primary), secondary on 127.0.0.1:$(port_in_state secondary) (synchronous)"
+  say "primary on 127.0.0.1:$(port_in_state primary), secondaries $(node_states | awk '$2 == "secondary" { print $1 }' | while read -r n; do printf '127.0.0.1:%s ' "$(port_of "$n")"; done)(synchronous, ANY 1)"
   echo "$url"
 }
 
@@ -453,11 +487,11 @@ stop_all() {
   local quiet=${1:-}
   [ -d "$STATE" ] || return 0
   local name pid pids
-  for name in node1 node2; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
-  for name in pgbouncer1 pgbouncer2; do
+  for name in $NODES; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
+  for name in $PGBOUNCERS; do
     pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
   done
-  for name in monitor node1 node2; do
+  for name in monitor $NODES; do
     pid=$(keeper_pid "$name"); [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
     if [ "$name" = monitor ]; then
       local deadline=$((SECONDS + 10))
@@ -486,11 +520,11 @@ stop_all() {
 # command line or working folder is in $STATE (a backend's cwd is its data folder).
 leftover_pids() {
   local roots=() name pid
-  for name in monitor node1 node2; do
+  for name in monitor $NODES; do
     pid=$(keeper_pid "$name"); [ -n "$pid" ] && roots+=("$pid")
     pid=$(postmaster_pid "$STATE/$name"); [ -n "$pid" ] && roots+=("$pid")
   done
-  for name in pgbouncer1 pgbouncer2; do pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && roots+=("$pid"); done
+  for name in $PGBOUNCERS; do pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && roots+=("$pid"); done
   {
     with_descendants "${roots[@]}"
     for pid in /proc/[0-9]*; do
@@ -570,6 +604,24 @@ switchover() {
   say "switchover done: primary was 127.0.0.1:${before:-?}, is 127.0.0.1:$(port_in_state primary wait_primary || echo '?')"
 }
 
+# Every answering node that takes writes (not in recovery, not read-only by default), one a line:
+# "NAME PORT 'synchronous_standby_names'". An empty value means it acknowledges commits that exist on it alone
+# (pg_auto_failover's wait_primary of a formation whose number_sync_standbys is 0): failover.py watches for it.
+# Left out: a node that does not answer within 2 s (hung, down), and a promoted node that pg_auto_failover keeps
+# read-only (default_transaction_read_only) until a standby follows it: neither acknowledges a write.
+primaries_sync() {
+  local name port value
+  for name in $(awk '$1 ~ /^node[0-9]+$/ { print $1 }' "$STATE/ports"); do
+    port=$(port_of "$name")
+    value=$(as_owner timeout 2 "$BINDIR/psql" -X -A -t -q -h "$SOCK" -p "$port" -U postgres -d postgres -c \
+      "SELECT quote_literal(current_setting('synchronous_standby_names')) WHERE NOT pg_is_in_recovery()
+         AND NOT current_setting('default_transaction_read_only')::boolean" \
+      2>/dev/null) || continue
+    [ -n "$value" ] && echo "$name $port $value"
+  done
+  return 0
+}
+
 # --- commands --------------------------------------------------------------------------------------------
 locate_state
 SOCK=$(socket_dir)
@@ -580,21 +632,25 @@ node_arg() { [ -n "${1:-}" ] || die "usage: scripts/cluster.sh $cmd PORT"; need_
 case "$cmd" in
   install) install_packages ;;
   start) start_cluster ;;
-  url) need_cluster; app_url node1 node2 ;;
+  # shellcheck disable=SC2086
+  url) need_cluster; app_url $NODES ;;
   pgbouncer-url)
     need_cluster
-    [ -n "$(pgbouncer_pid pgbouncer1)" ] && [ -n "$(pgbouncer_pid pgbouncer2)" ] || die "the PgBouncers are not running; run scripts/cluster.sh start"
-    app_url pgbouncer1 pgbouncer2 ;;
+    for name in $PGBOUNCERS; do
+      [ -n "$(pgbouncer_pid "$name")" ] || die "the PgBouncers are not running; run scripts/cluster.sh start"
+    done
+    # shellcheck disable=SC2086
+    app_url $PGBOUNCERS ;;
   status)
     need_cluster
     [ -n "$(keeper_pid monitor)" ] || { say "the monitor is not running"; exit 1; }
     autoctl show state --monitor "$(monitor_url)" 2>/dev/null | awk -F'|' '
       NR > 2 && NF >= 7 { gsub(/ /, "", $1); gsub(/ /, "", $3); gsub(/ /, "", $6); gsub(/ /, "", $7)
                           printf "%s %s %s (assigned %s)\n", $1, $3, $6, $7 }'
-    for name in pgbouncer1 pgbouncer2; do
+    for name in $PGBOUNCERS; do
       [ -n "$(pgbouncer_pid "$name")" ] && echo "$name 127.0.0.1:$(port_of "$name") -> node${name#pgbouncer}"
     done
-    healthy || { say "not healthy (no primary with a secondary in sync)"; exit 1; } ;;
+    healthy || { say "not healthy (no primary with both secondaries in sync)"; exit 1; } ;;
   primary-port) need_cluster; port_in_state primary wait_primary single || die "no primary right now" ;;
   secondary-port) need_cluster; port_in_state secondary || die "no secondary right now" ;;
   node-pids) name=$(node_arg "${2:-}"); node_pids "$name" ;;
@@ -603,13 +659,13 @@ case "$cmd" in
   resume-node) name=$(node_arg "${2:-}"); resume_node "$name" ;;
   restart-node) name=$(node_arg "${2:-}"); restart_node "$name" ;;
   pgbouncer-restart)
-    # With `defaults`: PgBouncer's own server_login_retry, server_connect_timeout and query_wait_timeout.
+    # With `defaults`: PgBouncer's own server_connect_timeout and query_wait_timeout (server_login_retry is required).
     case "${2:-}" in ""|defaults) ;; *) die "usage: scripts/cluster.sh pgbouncer-restart [defaults]" ;; esac
     # PgBouncer caches the parameters its first server connection reported (in_hot_standby among them) and hands
     # them to every client login, so after a failover libpq's target_session_attrs=read-write believes a stale
     # answer. A fresh PgBouncer asks its node again: failover.py restarts them before each scenario.
     need_cluster
-    for name in pgbouncer1 pgbouncer2; do
+    for name in $PGBOUNCERS; do
       pid=$(pgbouncer_pid "$name")
       if [ -n "$pid" ]; then
         kill "$pid"; deadline=$((SECONDS + 10))
@@ -618,13 +674,15 @@ case "$cmd" in
       fi
       start_pgbouncer "$name" "${2:-tuned}"
     done
-    app_url pgbouncer1 pgbouncer2 ;;
+    # shellcheck disable=SC2086
+    app_url $PGBOUNCERS ;;
   switchover) need_cluster; switchover ;;
-  wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), secondary 127.0.0.1:$(port_in_state secondary)" ;;
+  primaries-sync) need_cluster; primaries_sync ;;
+  wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), both secondaries in sync" ;;
   stop) stop_all ;;
   reset)
     stop_all quiet
     sock=$(socket_dir); case "$sock" in /tmp/poopypals-csock-*) rm -rf "$sock" ;; esac
     rm -rf "$STATE"; say "stopped; $STATE removed" ;;
-  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|wait-healthy [SECONDS]|stop|reset" ;;
+  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|wait-healthy [SECONDS]|stop|reset" ;;
 esac

@@ -6,8 +6,8 @@
 
 Each scenario: make sure the pg_auto_failover formation of scripts/cluster.sh is healthy (starting it if needed),
 apply the migrations (directly, never through PgBouncer), start `PATH serve` on a free port with the multi-host URL
-(or the PgBouncer one; with --pgbouncer-defaults PgBouncers that keep PgBouncer's own server_login_retry,
-server_connect_timeout and query_wait_timeout, as the README allows), register devices, run 6 threads of `POST /v1/logs` (client-chosen ids) with some
+(or the PgBouncer one; with --pgbouncer-defaults PgBouncers with only the settings the README requires:
+server_connect_timeout and query_wait_timeout at PgBouncer's defaults), register devices, run 6 threads of `POST /v1/logs` (client-chosen ids) with some
 `GET /v1/logs` for 5 s, inject the fault, keep the load until writes have succeeded for 5 s in a row (60 s at most),
 heal (SIGCONT, or restart the killed node), wait for the formation to be healthy again, then list every device's logs
 through the API (a fresh `serve`) and compare with what was acknowledged.
@@ -20,6 +20,8 @@ with Retry-After (another status, or a connection error to the service, fails); 
 a crash, hang or standby loss and 10 s of a switchover, and (with --pgbouncer-defaults) the outage itself, from the
 first write that failed or stalled to that recovery, is at most 5 s; no write answered 503 `database_unavailable`, `timeout` or
 `busy` (codes that promise nothing changed) is found committed. 503 `outcome_unknown` may be either way: counted.
+No primary ever runs with an empty synchronous_standby_names (commits acknowledged with one copy), sampled twice a
+second from the start of the load until the formation is healthy again.
 
 The cluster is stopped at the end when this script started it (unless --keep-cluster).
 """
@@ -286,6 +288,66 @@ class Load:
         return not any(thread.is_alive() for thread in self.threads)
 
 
+class SingleCopyWatch:
+    """Samples every node that takes writes (scripts/cluster.sh primaries-sync) twice a second for an empty
+    synchronous_standby_names: a primary acknowledging commits kept on it alone, gone if that node is lost then.
+    pg_auto_failover does it (wait_primary) when a formation with number_sync_standbys 0 has no healthy standby: after
+    a standby was lost (measured on the two-node formation: 6 s), and once during a switchover (the monitor took the
+    standby being promoted for an unhealthy one; 1 717 acknowledged writes were rewound away). With two standbys
+    (ANY 1) the one window left is pg_auto_failover's own after a promotion: the new primary leaves read-only in
+    wait_primary and names its standbys only once one follows it (measured 0.5-1 s). So: the primary of before the
+    fault never, a promoted node for at most PROMOTED_WINDOW seconds."""
+
+    PROMOTED_WINDOW = 2.0
+
+    def __init__(self, primary_before):
+        self.primary_before = primary_before
+        self.samples = 0
+        self.single = {}  # "name:port" -> [monotonic times of the samples that saw it empty]
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.is_set():
+            try:
+                rows = cluster("primaries-sync", timeout=20)
+            except HarnessError:
+                rows = ""
+            self.samples += 1
+            for line in rows.splitlines():
+                name, port, value = (line.split(" ", 2) + ["", ""])[:3]
+                if value == "''":
+                    self.single.setdefault(f"{name}:{port}", []).append(time.monotonic())
+            self.stopping.wait(0.5)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(30)
+
+    def windows(self, fault):
+        """Per node: (first, last) sample that saw it empty, in seconds from the fault."""
+        return {node: (times[0] - fault, times[-1] - fault) for node, times in self.single.items()}
+
+    def failure(self, fault):
+        bad = []
+        for node, (first, last) in self.windows(fault).items():
+            was_primary = node.endswith(f":{self.primary_before}")
+            if was_primary or last - first > self.PROMOTED_WINDOW:
+                bad.append(f"{node} {first:+.1f} s to {last:+.1f} s from the fault"
+                           + (" (the primary before it)" if was_primary else ""))
+        if not bad:
+            return None
+        return ("a primary acknowledged commits with no synchronous standby (synchronous_standby_names ''): "
+                + "; ".join(bad))
+
+    def summary(self, fault):
+        spans = [last - first for first, last in self.windows(fault).values()]
+        return "-" if not spans else f"{max(spans) + 0.5:.1f}"  # a sample every 0.5 s: the window is under this
+
+
 def recovery(outcomes, fault):
     """When writes succeeded again: the end of the first quick 2xx write that started after the start of the last
     write that failed or stalled (ended after the fault). None while there is none."""
@@ -334,6 +396,8 @@ class Scenario:
         migrate(args.binary, direct, args.migrations_dir)
 
         service = Service(args.binary, url, args.pgbouncer, os.path.join(self.workdir, f"serve-{self.name}.log"))
+        watch = self.watch = SingleCopyWatch(cluster("primary-port"))
+        fault = time.monotonic()
         healed = True
         heal = None
         try:
@@ -343,9 +407,10 @@ class Scenario:
                 self.failures.append(f"before the fault: {refused}")
                 self.row = {"scenario": self.name + self.label, "acked": 0,
                             "lost": "-", "gap": "-", "outage": "-", "longest": "-", "during": "-", "unknown": "-", "errored": "-",
-                            "result": "FAIL"}
+                            "single": "-", "result": "FAIL"}
                 say(f"{self.name}: FAILED: {self.failures[0]}")
                 return
+            watch.start()
             load = Load(service.port, devices)
             load.start()
             time.sleep(STEADY)
@@ -404,6 +469,10 @@ class Scenario:
                     say(str(error))
             service.stop()
         cluster("wait-healthy", "120", timeout=130)
+        watch.stop()
+        single = watch.failure(fault)
+        if single:
+            self.failures.append(single)
 
         outcomes = load.snapshot()
         committed = list_logs(args.binary, direct, devices, os.path.join(self.workdir, f"verify-{self.name}.log"))
@@ -456,6 +525,7 @@ class Scenario:
             "during": ", ".join(f"{label}×{n}" for label, n in during.most_common()) or "-",
             "unknown": f"{unknown_committed}/{len(unknown)}",
             "errored": f"{errored_committed}/{len(errored)}",
+            "single": self.watch.summary(fault),
             "result": "ok" if not self.failures else "FAIL",
         }
 
@@ -531,7 +601,8 @@ def list_logs(binary, url, devices, log_path):
 def print_table(rows):
     headers = [("scenario", "scenario"), ("acked", "acked writes"), ("lost", "lost"), ("gap", "gap s"), ("outage", "outage s"),
                ("longest", "longest s"), ("unknown", "outcome_unknown committed"),
-               ("errored", "conn-error writes committed"), ("result", "result"), ("during", "during the gap")]
+               ("errored", "conn-error writes committed"), ("single", "one-copy s"), ("result", "result"),
+               ("during", "during the gap")]
     widths = [max(len(title), *(len(str(row[key])) for row in rows)) for key, title in headers]
     print("  ".join(title.ljust(width) for (_, title), width in zip(headers, widths)).rstrip())
     for row in rows:
@@ -559,10 +630,11 @@ def parse_common_arguments(parser):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="all", choices=SCENARIOS + ["all"])
-    parser.add_argument("--pgbouncer", action="store_true", help="serve through the two PgBouncers")
+    parser.add_argument("--pgbouncer", action="store_true", help="serve through the PgBouncers")
     parser.add_argument("--pgbouncer-defaults", action="store_true",
-                        help="serve through the two PgBouncers with PgBouncer's default server_login_retry, "
-                             "server_connect_timeout and query_wait_timeout; writes may stop 5 s at most")
+                        help="serve through the PgBouncers with only the settings the README requires "
+                             "(PgBouncer's default server_connect_timeout and query_wait_timeout); "
+                             "writes may stop 5 s at most")
     args = parse_common_arguments(parser)
     args.pgbouncer = args.pgbouncer or args.pgbouncer_defaults
 
