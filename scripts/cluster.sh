@@ -30,6 +30,15 @@
 #   scripts/cluster.sh primaries-sync  each node taking writes: NAME PORT 'synchronous_standby_names' ('' = commits
 #                                      acknowledged with one copy)
 #   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and both secondaries in sync
+#   scripts/cluster.sh backup [full|diff|incr]   a pgBackRest backup (default incr), from a standby
+#   scripts/cluster.sh backups         what is restorable: each backup, and the span a restore can reach
+#   scripts/cluster.sh verify          pgbackrest check and verify
+#   scripts/cluster.sh restore --to 'YYYY-MM-DD HH:MM:SS+00' | --to-name NAME | --latest
+#                                      rebuild the formation from the repository (node1 restored and promoted,
+#                                      node2 and node3 fresh copies); prints the URL and how long it took
+#   scripts/cluster.sh check           pgbackrest check: a WAL switch of the primary reaches the repository
+#   scripts/cluster.sh sql 'SQL'       run SQL as the superuser on the primary (database poopypals)
+#   scripts/cluster.sh destroy         kill every node and delete its data folder (a drill's total loss)
 #   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
 #   scripts/cluster.sh reset           stop and delete the state
 #
@@ -99,6 +108,7 @@ locate_state() {
   fi
   MONITOR_DATA=$STATE/monitor
   XDG=$STATE/xdg
+  BACKREST=$STATE/backrest
 }
 
 # A short socket folder: Unix socket paths are limited to ~107 bytes.
@@ -259,12 +269,84 @@ missing_packages() {
   command -v pg_autoctl >/dev/null 2>&1 || echo pg-auto-failover-cli
   { [ -f "$EXTENSION_CONTROL" ] && [ -x "$BINDIR/postgres" ]; } || echo postgresql-15-auto-failover
   pgbouncer_bin >/dev/null || echo pgbouncer
+  command -v pgbackrest >/dev/null 2>&1 || echo pgbackrest
 }
 install_packages() {
   local missing; missing=$(missing_packages | tr '\n' ' ')
   [ -n "${missing// /}" ] || return 0
   # shellcheck disable=SC2086  # one word per package
   apt_install $missing
+}
+
+# --- pgBackRest: continuous archiving, backups, point-in-time recovery ------------------------------------------
+# One repository in $STATE/backrest/repo (production: S3/Azure/GCS, README "Backups and recovery"), encrypted
+# (aes-256-cbc, the passphrase in the config, readable by the postgres user only), stanza `poopypals`. Every node
+# archives with the same archive_command, a wrapper that finds its node from the folder PostgreSQL runs it in (its
+# data folder), so whichever node is primary archives, on any timeline, with no step after a failover. Asynchronous
+# (a spool and a lock folder per node, so two nodes on this host never share one). Backups come from a standby
+# (backup-standby) when one is healthy.
+STANZA=poopypals
+ARCHIVE_TIMEOUT=5s      # an idle primary still switches (and so archives) its WAL segment within 5 s of a commit:
+                        # the bound on what a total loss costs. Its price: up to 12 segment switches a minute under
+                        # a trickle of writes (16 MB files recycled locally, each a few KB compressed in the repository)
+backrest() {  # pgbackrest ARGS..., as the postgres user, with this cluster's config and stanza
+  as_owner pgbackrest --config="$BACKREST/pgbackrest.conf" --stanza=$STANZA "$@"
+}
+write_backrest_config() {
+  as_owner mkdir -p "$BACKREST/repo" "$BACKREST/spool" "$BACKREST/lock" "$BACKREST/log"
+  [ -f "$BACKREST/cipher" ] || random_hex 32 | as_owner tee "$BACKREST/cipher" >/dev/null
+  local conf name i=0
+  conf="[global]
+repo1-path=$BACKREST/repo
+repo1-cipher-type=aes-256-cbc
+repo1-cipher-pass=$(cat "$BACKREST/cipher")
+repo1-retention-full=2
+compress-type=zst
+archive-async=y
+spool-path=$BACKREST/spool
+lock-path=$BACKREST/lock
+log-path=$BACKREST/log
+log-level-console=warn
+log-level-file=info
+start-fast=y
+backup-standby=y
+process-max=2
+
+[$STANZA]"
+  for name in $NODES; do
+    i=$((i + 1))
+    conf="$conf
+pg$i-path=$STATE/$name
+pg$i-port=$(port_of "$name")
+pg$i-socket-path=$SOCK
+pg$i-user=postgres"
+  done
+  echo "$conf" | as_owner tee "$BACKREST/pgbackrest.conf" >/dev/null
+  as_owner chmod 600 "$BACKREST/pgbackrest.conf" "$BACKREST/cipher"
+  # archive_command runs in the node's data folder; the spool and lock are the node's own. (pgbackrest check
+  # insists that archive_command contains "pgbackrest": the wrapper's name does.)
+  as_owner tee "$BACKREST/pgbackrest-push" >/dev/null <<PUSH
+#!/bin/sh
+# archive_command of every node of this cluster (scripts/cluster.sh): PostgreSQL runs it in the node's data folder.
+node=\$(basename "\$PWD")
+exec pgbackrest --config="$BACKREST/pgbackrest.conf" --stanza=$STANZA --pg1-path="\$PWD" \\
+  --spool-path="$BACKREST/spool/\$node" --lock-path="$BACKREST/lock/\$node" archive-push "\$1"
+PUSH
+  as_owner chmod 700 "$BACKREST/pgbackrest-push"
+}
+archive_settings() {
+  cat <<CONF
+# --- continuous archiving to pgBackRest (scripts/cluster.sh): every node, so whichever is primary archives ---
+archive_mode = on
+archive_command = '$BACKREST/pgbackrest-push %p'
+archive_timeout = '$ARCHIVE_TIMEOUT'
+CONF
+}
+# stanza-create is idempotent (an existing stanza of the same database is fine); check proves a WAL switch
+# reaches the repository.
+create_stanza() {
+  backrest stanza-create >>"$BACKREST/stanza.log" 2>&1 || { tail -20 "$BACKREST/stanza.log" >&2; die "pgbackrest stanza-create failed"; }
+  backrest check >>"$BACKREST/stanza.log" 2>&1 || { tail -20 "$BACKREST/stanza.log" >&2; die "pgbackrest check failed"; }
 }
 
 # --- creation --------------------------------------------------------------------------------------------
@@ -319,8 +401,9 @@ CONF
 
 create_node() {  # NAME
   local name=$1 pgdata=$STATE/$1
-  if [ "$name" = node1 ]; then
+  if [ "$name" = node1 ] && [ ! -f "$pgdata/PG_VERSION" ]; then
     init_data "$pgdata"
+    archive_settings | as_owner tee -a "$pgdata/postgresql.conf" >/dev/null
     # First match wins: the app login needs its password over TCP; pg_auto_failover's roles (health checks,
     # replication, pg_rewind) and the private socket are trusted on loopback only.
     as_owner tee "$pgdata/pg_hba.conf" >/dev/null <<'HBA'
@@ -374,6 +457,7 @@ create_cluster() {
   [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
   chmod 700 "$STATE" "$SOCK"
 
+  write_backrest_config
   create_monitor
   launch_keeper monitor "$MONITOR_DATA"
   create_node node1
@@ -384,6 +468,9 @@ create_cluster() {
     -v pw="$(cat "$STATE/password")" >/dev/null <<'SQL'
 CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
 CREATE DATABASE poopypals OWNER poopypals;
+\c poopypals
+-- `poopypals migrate` marks a restore point before it changes anything (README "Backups and recovery").
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) TO poopypals;
 SQL
   create_node node2
   launch_keeper node2 "$STATE/node2"
@@ -395,6 +482,7 @@ SQL
   wait_node_state node3 secondary 120
   autoctl set formation number-sync-standbys 1 --monitor "$(monitor_url)" >>"$STATE/monitor.log" 2>&1 \
     || die "pg_autoctl set formation number-sync-standbys 1 failed"
+  create_stanza
   touch "$STATE/created"
 }
 
@@ -457,10 +545,11 @@ app_url() {  # NAME... → the multi-host URL over their ports ($NODES or $PGBOU
 start_cluster() {
   install_packages
   [ -x "$BINDIR/pg_ctl" ] || die "$BINDIR/pg_ctl not found (apt-get install postgresql-15)"
-  if [ -f "$STATE/created" ] && [ -z "$(port_of node3)" ]; then
-    say "$STATE holds a two-node formation of an older version of this script: making it again with three"
+  if [ -f "$STATE/created" ] && { [ -z "$(port_of node3)" ] || [ ! -f "$BACKREST/pgbackrest.conf" ]; }; then
+    say "$STATE holds a formation of an older version of this script (two nodes, or no archiving): making it again"
+    rm -f "$STATE/created"
   fi
-  if [ ! -f "$STATE/created" ] || [ -z "$(port_of node3)" ]; then
+  if [ ! -f "$STATE/created" ]; then
     create_cluster
   else
     SOCK=$(socket_dir); mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres: "$SOCK"
@@ -532,12 +621,12 @@ leftover_pids() {
       [ "$pid" = $$ ] && continue
       local cwd; cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null || true)
       case "$cwd/" in "$STATE"/*) echo "$pid"; continue ;; esac
-      { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qE "(pg_autoctl|postgres|pgbouncer).*$STATE/" && echo "$pid"
+      { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qE "(pg_autoctl|postgres|pgbouncer|pgbackrest).*$STATE/" && echo "$pid"
     done
     true
   } | sort -un | while read -r pid; do
     # Never this script or its callers (their cwd may be in the checkout, not in $STATE).
-    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in pg_autoctl|postgres|pgbouncer) echo "$pid" ;; esac
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in pg_autoctl|postgres|pgbouncer|pgbackrest) echo "$pid" ;; esac
   done
 }
 
@@ -622,6 +711,128 @@ primaries_sync() {
   return 0
 }
 
+# --- backups and restore ---------------------------------------------------------------------------------
+take_backup() {  # [full|diff|incr]
+  local type=${1:-incr}
+  case "$type" in full|diff|incr) ;; *) die "usage: scripts/cluster.sh backup [full|diff|incr]" ;; esac
+  local started=$SECONDS
+  # From a standby (backup-standby): the primary only starts and stops the backup.
+  backrest backup --type="$type" >>"$BACKREST/backup.log" 2>&1 \
+    || { tail -20 "$BACKREST/backup.log" >&2; die "pgbackrest backup --type=$type failed"; }
+  say "$type backup done in $((SECONDS - started)) s: $(backrest info --output=json | python3 -c '
+import json, sys
+b = json.load(sys.stdin)[0]["backup"][-1]
+print(b["label"], "from", b["archive"]["start"], "to", b["archive"]["stop"])')"
+}
+
+# What is restorable: each backup, and the span of time a restore can reach (from the oldest backup's end to the
+# newest archived WAL). pgBackRest's own info, then one line per backup and the span.
+list_backups() {
+  backrest info --output=json | python3 -c '
+import datetime, json, sys
+info = json.load(sys.stdin)
+if not info or not info[0].get("backup"):
+    print("no backup yet: scripts/cluster.sh backup full"); sys.exit(1)
+stanza = info[0]
+ts = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S+00")
+for b in stanza["backup"]:
+    print("{:<34} {:<5} ended {}  WAL {}..{}".format(b["label"], b["type"], ts(b["timestamp"]["stop"]),
+                                                     b["archive"]["start"], b["archive"]["stop"]))
+archive = [a for a in stanza.get("archive", []) if a.get("max")]
+newest = max((a["max"] for a in archive), default="none")
+oldest = ts(stanza["backup"][0]["timestamp"]["stop"])
+print("restorable: from {} to the newest archived WAL {} (restore --latest)".format(oldest, newest))'
+}
+
+verify_repository() {
+  backrest check >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest check failed"; }
+  backrest verify >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest verify failed"; }
+  say "check (a WAL switch reached the repository) and verify (every file of every backup and WAL) passed"
+}
+
+# Rebuild the formation from the repository: stop everything, restore node1's data folder to the target, let it
+# replay and promote alone, then make the formation around it as `start` does (a new monitor, node1 registered as
+# it is, node2 and node3 fresh copies of it), with the same ports and logins. The repository, its config, the
+# ports and the password are kept; everything else is made again.
+restore_cluster() {
+  [ -f "$BACKREST/pgbackrest.conf" ] || die "no backup repository in $BACKREST"
+  local target=() what
+  case "${1:-}" in
+    --to) [ -n "${2:-}" ] || die "usage: restore --to 'YYYY-MM-DD HH:MM:SS+00'"
+          target=(--type=time "--target=$2" --target-action=promote); what="the time $2" ;;
+    --to-name) [ -n "${2:-}" ] || die "usage: restore --to-name NAME"
+          target=(--type=name "--target=$2" --target-action=promote); what="the restore point $2" ;;
+    --latest) target=(--type=default); what="the newest archived WAL" ;;
+    *) die "usage: scripts/cluster.sh restore --to 'YYYY-MM-DD HH:MM:SS+00' | --to-name NAME | --latest" ;;
+  esac
+  local started=$SECONDS
+  say "restoring to $what"
+  stop_all quiet
+  local keep
+  for keep in "$STATE"/*; do
+    case "$(basename "$keep")" in backrest|ports|password|socket_dir) ;; *) rm -rf "$keep" ;; esac
+  done
+  rm -rf "$BACKREST/spool" "$BACKREST/lock"
+  SOCK=$(socket_dir); mkdir -p "$SOCK" "$XDG/config" "$XDG/data" "$XDG/run" "$BACKREST/spool" "$BACKREST/lock"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
+  backrest restore --pg1-path="$STATE/node1" --target-timeline=latest "${target[@]}" >>"$BACKREST/restore.log" 2>&1 \
+    || { tail -20 "$BACKREST/restore.log" >&2; die "pgbackrest restore failed"; }
+  # Alone first: replay to the target and promote. The copy came from a standby: its standby settings go.
+  as_owner rm -f "$STATE/node1/standby.signal" "$STATE/node1/postgresql-auto-failover-standby.conf"
+  as_owner touch "$STATE/node1/postgresql-auto-failover-standby.conf"
+  as_owner "$BINDIR/pg_ctl" -D "$STATE/node1" -w -t 300 -l "$STATE/node1-restore.log" \
+    -o "-p $(port_of node1) -c synchronous_standby_names=" start >/dev/null \
+    || { tail -20 "$STATE/node1-restore.log" >&2; die "the restored node1 did not start"; }
+  local deadline=$((SECONDS + 300))
+  until [ "$(psql_socket "$(port_of node1)" -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; do
+    [ $SECONDS -lt $deadline ] || { tail -20 "$STATE/node1-restore.log" >&2; die "node1 did not finish recovery in 300 s"; }
+    sleep 0.3
+  done
+  # pgBackRest wrote the recovery target into postgresql.auto.conf, and pg_basebackup copies that file to the
+  # standbys: a standby with a recovery target promotes itself when its replay passes it (seen: node2 became a
+  # second primary seconds after the restore, and writes hung waiting for a synchronous standby). Gone before
+  # anything copies it.
+  local setting
+  for setting in restore_command recovery_target recovery_target_name recovery_target_time recovery_target_xid \
+                 recovery_target_lsn recovery_target_inclusive recovery_target_action recovery_target_timeline; do
+    psql_socket "$(port_of node1)" -d postgres -c "ALTER SYSTEM RESET $setting" >/dev/null \
+      || die "could not reset $setting on the restored node1"
+  done
+  as_owner "$BINDIR/pg_ctl" -D "$STATE/node1" -w -t 60 -m fast stop >/dev/null
+  say "node1 restored and promoted in $((SECONDS - started)) s; making the formation around it"
+  create_monitor
+  launch_keeper monitor "$MONITOR_DATA"
+  create_node node1
+  launch_keeper node1 "$STATE/node1"
+  wait_node_state node1 single 120
+  local name
+  for name in node2 node3; do
+    create_node "$name"
+    launch_keeper "$name" "$STATE/$name"
+    wait_node_state "$name" secondary 120
+  done
+  autoctl set formation number-sync-standbys 1 --monitor "$(monitor_url)" >>"$STATE/monitor.log" 2>&1 \
+    || die "pg_autoctl set formation number-sync-standbys 1 failed"
+  create_stanza
+  touch "$STATE/created"
+  for name in $PGBOUNCERS; do start_pgbouncer "$name"; done
+  wait_healthy 120
+  say "restored to $what in $((SECONDS - started)) s; take a full backup of the new timeline (scripts/cluster.sh backup full)"
+  # shellcheck disable=SC2086
+  app_url $NODES
+}
+
+# The disaster the repository is for: every node's processes killed and its data folder deleted (the monitor and
+# PgBouncers are stopped too). Only the repository, the ports and the logins remain: `restore --latest` next.
+destroy_nodes() {
+  local name
+  for name in $PGBOUNCERS; do pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
+  for name in $NODES; do kill_node "$name" 2>/dev/null; as_owner rm -rf "$STATE/$name"; done
+  pid=$(keeper_pid monitor); [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+  stop_all quiet
+  say "every node killed and its data folder deleted; the repository $BACKREST/repo remains"
+}
+
 # --- commands --------------------------------------------------------------------------------------------
 locate_state
 SOCK=$(socket_dir)
@@ -678,11 +889,25 @@ case "$cmd" in
     app_url $PGBOUNCERS ;;
   switchover) need_cluster; switchover ;;
   primaries-sync) need_cluster; primaries_sync ;;
+  backup) need_cluster; take_backup "${2:-incr}" ;;
+  backups) need_cluster; list_backups ;;
+  verify) need_cluster; verify_repository ;;
+  check)
+    need_cluster
+    backrest check >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest check failed"; }
+    say "check passed: a WAL switch of the primary reached the repository" ;;
+  sql)
+    # As the superuser on the primary, database poopypals (a drill's "mistaken statement"); bounded.
+    need_cluster; [ -n "${2:-}" ] || die "usage: scripts/cluster.sh sql 'SQL'"
+    port=$(port_in_state primary wait_primary single) || die "no primary right now"
+    as_owner timeout 60 "$BINDIR/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres -d poopypals -c "$2" ;;
+  destroy) need_cluster; destroy_nodes ;;
+  restore) need_cluster; shift; restore_cluster "$@" ;;
   wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), both secondaries in sync" ;;
   stop) stop_all ;;
   reset)
     stop_all quiet
     sock=$(socket_dir); case "$sock" in /tmp/poopypals-csock-*) rm -rf "$sock" ;; esac
     rm -rf "$STATE"; say "stopped; $STATE removed" ;;
-  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|wait-healthy [SECONDS]|stop|reset" ;;
+  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|backup [full|diff|incr]|backups|verify|check|sql SQL|destroy|restore --to TIME|--to-name NAME|--latest|wait-healthy [SECONDS]|stop|reset" ;;
 esac

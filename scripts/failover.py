@@ -74,7 +74,8 @@ class HarnessError(Exception):
 def cluster(*args, timeout=120):
     """scripts/cluster.sh ARGS; its stdout, stripped. Raises HarnessError with its stderr on failure."""
     try:
-        done = subprocess.run([CLUSTER, *args], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([CLUSTER, *args], capture_output=True, text=True, errors="replace",
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         raise HarnessError(f"scripts/cluster.sh {' '.join(args)} took more than {timeout} s")
     if done.returncode != 0:

@@ -110,6 +110,11 @@ if [ -z "${DATABASE_URL:-}" ]; then
     echo
     echo "== reads on a standby (scripts/readscale.py) =="
     python3 scripts/readscale.py --binary "$bin" || failed+=("reads on a standby")
+    # Restores from the pgBackRest repository: a mistaken DELETE undone to the second (also after a failover), the
+    # loss of every node (RPO, RTO), a migration undone by its restore point.
+    echo
+    echo "== restore drills (scripts/backup_drill.py) =="
+    python3 scripts/backup_drill.py --binary "$bin" --keep-cluster || failed+=("restore drills")
     scripts/cluster.sh stop >/dev/null 2>&1 || true
   fi
 fi

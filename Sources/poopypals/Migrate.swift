@@ -70,6 +70,7 @@ extension Migrate {
             options.lockTimeout = lockTimeout.duration
             options.lockRetries = lockRetries
             options.advisoryLockWait = lockWait.duration
+            options.createRestorePoint = !dryRun
             let migrator = Migrator(files: files, options: options)
             let connection = try connection.connect(waitingUpTo: waitForDatabase.duration)
             do {
@@ -77,7 +78,18 @@ extension Migrate {
                     print(try DryRun.render(plan: migrator.plan(on: connection), status: migrator.status(on: connection)))
                     return
                 }
-                let applied = try migrator.migrate(on: connection)
+                let run = try migrator.run(on: connection)
+                let applied = run.applied
+                switch run.restorePoint {
+                case .created(let name, let lsn)?:
+                    print("restore point: \(name) (WAL \(lsn)); to undo this run: scripts/cluster.sh restore --to-name \(name)")
+                case .notCreated(let reason)?:
+                    print("note: no restore point was made before migrating (\(reason)); a point-in-time restore can "
+                          + "still return to a time before this run. To allow one: GRANT EXECUTE ON FUNCTION "
+                          + "pg_create_restore_point(text) TO the migrating role, with wal_level replica or logical.")
+                case nil:
+                    break
+                }
                 for note in applied.flatMap(\.notes) { print("note: \(note)") }
                 let version = try migrator.status(on: connection).currentVersion.map { String($0) } ?? "none"
                 print(applied.isEmpty

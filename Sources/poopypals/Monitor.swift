@@ -8,7 +8,7 @@ struct Monitor: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Checks for cron jobs and Nagios-style monitoring.",
         discussion: "Exit status: 0 nothing found; 1 a problem was found; 2 the check itself failed (database unreachable, missing table).",
-        subcommands: [DuplicateEmailsCheck.self, RLSCheck.self]
+        subcommands: [DuplicateEmailsCheck.self, RLSCheck.self, ArchivingCheck.self]
     )
 }
 
@@ -88,6 +88,45 @@ extension Monitor {
                 print(report.ok ? "\nDevice isolation is on." : "\n\(report.checks.filter { !$0.ok }.count) check(s) failed.")
             }
             if !report.ok { throw CommandFailure(status: .problem) }
+        }
+    }
+
+    struct ArchivingCheck: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "archiving",
+            abstract: "Is continuous archiving keeping up (pg_stat_archiver of the primary)?",
+            discussion: "Exit status: 0 fine; 1 archiving off, failing, or finished WAL segments waiting longer than --max-lag; 2 could not check (unreachable, a standby).")
+
+        @OptionGroup var connection: ConnectionOptions
+
+        @Flag(help: "Print JSON instead of a list.")
+        var json = false
+
+        @Option(help: ArgumentHelp("How long finished WAL segments may wait for the archive (e.g. 60s, 5m).", valueName: "duration"))
+        var maxLag = DurationArgument(argument: "60s")!
+
+        func run() throws {
+            let connection = try connection.connect()
+            let status: ArchiveStatus
+            do {
+                status = try ArchiveStatus.read(on: connection)
+            } catch {
+                throw CommandFailure("the archiving check failed: \(error)", status: .checkFailed)
+            }
+            let problems = status.problems(maxLag: Double(maxLag.duration.components.seconds))
+            if json {
+                struct Document: Encodable { let ok: Bool; let problems: [String]; let status: ArchiveStatus }
+                print(try OutputFormat.json(Document(ok: problems.isEmpty, problems: problems, status: status)))
+            } else {
+                let last = status.lastArchivedWAL.map { name in
+                    "\(name), \(status.secondsSinceLastArchived.map { String(Int($0.rounded())) } ?? "?") s ago"
+                } ?? "none yet"
+                print("archive_mode \(status.archiveMode); archived \(status.archivedCount) (last: \(last)); failed \(status.failedCount); "
+                      + "finished segments waiting: \(status.segmentsWaiting.map(String.init) ?? "unknown")")
+                for problem in problems { print("FAIL \(problem)") }
+                if problems.isEmpty { print("Archiving keeps up.") }
+            }
+            if !problems.isEmpty { throw CommandFailure(status: .problem) }
         }
     }
 }

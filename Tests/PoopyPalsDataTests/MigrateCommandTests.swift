@@ -38,6 +38,56 @@ struct MigrateCommandTests {
         }
     }
 
+    /// Issue 43: "undo this migration" is a restore to the point `migrate` marks before its first change. Where the
+    /// role may not make one it says why, once, and migrates anyway; where it may, it prints the name. The grant
+    /// is changed only here (other tests print either and assert neither).
+    @Test(.enabled(if: PgDump.superuserURL != nil, "needs POOPYPALS_TEST_SUPERUSER_URL to grant pg_create_restore_point (make test sets it)"))
+    func aRunMarksARestorePointFirstOrSaysWhyItCouldNot() async throws {
+        let sql = ["--migrations-dir", TestProject.migrationsDirectory.path]
+        let superuserURL = try #require(PgDump.superuserURL)
+        // A function's grants are the database's own: made in the test database, as its superuser.
+        @Sendable func change(_ statement: String, of role: String, in database: String) async throws {
+            let configuration = ConnectionConfiguration(connectionString: superuserURL, database: database)
+            let pool = ConnectionPool(configuration: .init(connection: configuration, maxConnections: 1))
+            let sql = statement == "GRANT"
+                ? "GRANT EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) TO \"\(role)\""
+                : "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) FROM \"\(role)\""
+            do {
+                _ = try await pool.withConnection { try $0.executeScript(sql) }
+            } catch {
+                await pool.close()
+                throw error
+            }
+            await pool.close()
+        }
+        try await TestDatabase.with { db in
+            let role = try await db.withConnection { try $0.query("SELECT current_user::text")[0].decode(0, as: String.self) }
+            try await change("REVOKE", of: role, in: db.name)
+            let refused = try await TestProject.run(["migrate", "--database-url", db.url] + sql)
+            #expect(refused.status == 0, "stderr: \(refused.stderr)")
+            #expect(refused.stdout.contains("note: no restore point was made before migrating (permission denied for function pg_create_restore_point"), "\(refused.stdout)")
+            #expect(refused.stdout.components(separatedBy: "restore point").count == 2, "said once: \(refused.stdout)")
+            #expect(refused.stdout.contains("Applied"))
+        }
+        try await TestDatabase.with { db in
+            let role = try await db.withConnection { try $0.query("SELECT current_user::text")[0].decode(0, as: String.self) }
+            try await change("GRANT", of: role, in: db.name)
+            let dryRun = try await TestProject.run(["migrate", "--dry-run", "--database-url", db.url] + sql)
+            #expect(!dryRun.stdout.contains("restore point"))
+            let up = try await TestProject.run(["migrate", "--database-url", db.url] + sql)
+            #expect(up.status == 0, "stderr: \(up.stderr)")
+            let line = try #require(up.stdout.split(separator: "\n").first { $0.hasPrefix("restore point: ") }, "\(up.stdout)")
+            // "restore point: poopypals-migrate-from-0-20261126T230102Z (WAL 0/1A2B3C4); to undo this run: ..."
+            let name = String(line.dropFirst("restore point: ".count).prefix { $0 != " " })
+            #expect(name.wholeMatch(of: /poopypals-migrate-from-0-\d{8}T\d{6}Z/) != nil, "\(name)")
+            #expect(line.contains("scripts/cluster.sh restore --to-name \(name)"))
+            // Nothing pending: no restore point.
+            let again = try await TestProject.run(["migrate", "--database-url", db.url] + sql)
+            #expect(again.status == 0)
+            #expect(!again.stdout.contains("restore point"), "\(again.stdout)")
+        }
+    }
+
     @Test func pgEnvironmentVariablesWorkWithoutAURL() async throws {
         try await TestDatabase.with { db in
             guard let components = URLComponents(string: db.url) else { throw SetupError("test URL is not a URI") }

@@ -20,6 +20,9 @@ public struct Migrator: Sendable {
         public var allowOutOfOrder = false
         /// Apply up to and including this version.
         public var target: Int64?
+        /// Before the first change, mark the WAL with a named restore point (`pg_create_restore_point`), so that
+        /// point-in-time recovery can return to just before this run (`scripts/cluster.sh restore --to-name`).
+        public var createRestorePoint = false
 
         public init() {}
     }
@@ -39,6 +42,21 @@ public struct Migrator: Sendable {
         public let attempts: Int
         /// Things done on the way that an operator should hear about.
         public let notes: [String]
+    }
+
+    /// What became of the restore point asked for by `Options.createRestorePoint`.
+    public enum RestorePoint: Sendable, Equatable {
+        /// Made: its name and where in the WAL it is.
+        case created(name: String, lsn: String)
+        /// Not made (the role may not, the WAL level is `minimal`, a standby): why, from the server.
+        case notCreated(reason: String)
+    }
+
+    /// One run: what was applied, and the restore point made before it (nil when nothing was pending or none was
+    /// asked for).
+    public struct Run: Sendable {
+        public let applied: [Applied]
+        public let restorePoint: RestorePoint?
     }
 
     /// Pre-flight checks a file can ask for: each returns why the database is not ready, or nil.
@@ -103,6 +121,11 @@ public struct Migrator: Sendable {
     ///   or a `PostgresError` / `PostgresClientError` from the server or connection.
     @discardableResult
     public func migrate(on connection: Connection) throws -> [Applied] {
+        try run(on: connection).applied
+    }
+
+    /// Applies what is pending, first making the restore point when `Options.createRestorePoint` asks for one.
+    public func run(on connection: Connection) throws -> Run {
         try acquireLock(on: connection)
         defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))") }
         // Everything that can refuse runs before the first change (even before the history table exists).
@@ -117,7 +140,31 @@ public struct Migrator: Sendable {
         try runPreflights(for: pending, on: connection)
         try connection.executeScript(Self.historyTableSQL)
         if pending.isEmpty { logger.info("database is up to date") }
-        return try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
+        let restorePoint = pending.isEmpty || !options.createRestorePoint
+            ? nil : try makeRestorePoint(from: appliedMigrations(on: connection).last?.version, on: connection)
+        let applied = try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
+        return Run(applied: applied, restorePoint: restorePoint)
+    }
+
+    /// `poopypals-migrate-from-<version>-<UTC time>` (at most 63 bytes, as restore point names must be). A server
+    /// refusal is the answer, not a failure: the migration goes on without one, and the caller says why.
+    private func makeRestorePoint(from version: Int64?, on connection: Connection) throws -> RestorePoint {
+        let name = Self.restorePointName(from: version, at: Date())
+        do {
+            let lsn = try connection.query("SELECT pg_catalog.pg_create_restore_point(\(name))::text")[0].decode(0, as: String.self)
+            logger.info("restore point made before migrating", metadata: ["name": "\(name)", "lsn": "\(lsn)"])
+            return .created(name: name, lsn: lsn)
+        } catch let error as PostgresError {
+            logger.warning("no restore point before migrating", metadata: ["sqlstate": "\(error.sqlState)", "reason": "\(error.message)"])
+            return .notCreated(reason: "\(error.message) (SQLSTATE \(error.sqlState))")
+        }
+    }
+
+    static func restorePointName(from version: Int64?, at date: Date) -> String {
+        let stamp = Date.ISO8601FormatStyle(timeZone: .gmt).year().month().day().time(includingFractionalSeconds: false)
+            .timeSeparator(.omitted).dateSeparator(.omitted).format(date)
+        // The style names no zone without a time zone field: the Z is ours (the time is UTC).
+        return "poopypals-migrate-from-\(version.map(String.init) ?? "0")-\(stamp)Z"
     }
 
     // MARK: - Planning
