@@ -59,6 +59,10 @@ public struct TestDatabase: Sendable {
         defer { Task { await admin.close() } }
         let create = "CREATE DATABASE \(name)" + (template.map { " TEMPLATE \($0)" } ?? "")
         try await admin.withConnection { try $0.executeScript(create) }
+        if template != nil {
+            // A copy gets the objects of the migrated template, not its database privileges: what sql/0019 did.
+            try await admin.withConnection { try $0.executeScript("REVOKE CONNECT ON DATABASE \(name) FROM PUBLIC") }
+        }
         var configuration = server
         configuration.database = String(name)
         let database = TestDatabase(name: String(name), configuration: configuration)

@@ -200,6 +200,28 @@ public struct RLSAudit: Sendable {
             record("SECURITY DEFINER \(name): NOLOGIN owner, fixed search_path, not executable by PUBLIC", problem)
         }
 
+        // The service roles are the server's, not the database's: any login that is a member (the owner of
+        // another PoopyPals database is) and may connect here can SET ROLE and read this database's rows.
+        // sql/0019 takes CONNECT from PUBLIC; these say whether it holds.
+        let publicConnect = try connection.query("""
+            SELECT d.datacl IS NULL OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = 0 AND a.privilege_type = 'CONNECT')
+            FROM pg_database d WHERE d.datname = current_database()
+            """)[0].decode(0, as: Bool.self)
+        record("PUBLIC may not connect to this database", publicConnect
+               ? "every login of the server may connect, including members of the service roles made by other databases' migrations; as the owner: REVOKE CONNECT ON DATABASE <name> FROM PUBLIC (sql/0019)" : nil)
+        let outsiders = try connection.query("""
+            SELECT string_agg(r.rolname::text, ', ' ORDER BY r.rolname)
+            FROM pg_roles r, pg_database d
+            WHERE d.datname = current_database() AND r.rolcanlogin AND NOT r.rolsuper
+              AND r.rolname <> current_user AND r.oid <> d.datdba
+              AND has_database_privilege(r.oid, d.oid, 'CONNECT')
+              AND ((to_regrole(\(serviceRole)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(serviceRole)), 'MEMBER'))
+                   OR (to_regrole(\(Database.profilesRole)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(Database.profilesRole)), 'MEMBER')))
+            """)[0].decode(0, as: String?.self)
+        record("no other login may connect here as a member of the service roles", outsiders.map {
+            "\($0) may connect to this database and switch to the service roles (granted for another database): revoke its CONNECT"
+        })
+
         let role = try connection.query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = \(serviceRole)")
         if let role = role.first {
             record("\(serviceRole) is not superuser", try role.decode("rolsuper", as: Bool.self) ? "it is a superuser" : nil)
