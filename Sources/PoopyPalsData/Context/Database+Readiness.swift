@@ -59,3 +59,15 @@ extension Database {
         }
     }
 }
+
+extension Database {
+    /// The primary's archiving figures for `/metrics` (`ArchiveStatus`), on `probe` like readiness, within 2 s:
+    /// a scrape must answer even when the database does not. Nil when the check could not be made (a standby,
+    /// unreachable, too slow).
+    public func archiveStatus(on probe: ConnectionPool? = nil) async -> ArchiveStatus? {
+        let pool = probe ?? self.pool
+        return try? await pool.withConnection(limits: RoundTripLimits.within(.seconds(2))) { connection in
+            try ArchiveStatus.read(on: connection)
+        }
+    }
+}

@@ -73,6 +73,23 @@ struct OperationsController: Sendable {
                                     ("poopypals_db_pool_open", "Database connections open now.", pool.open)] {
             metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(Double(value))
         }
+        // Continuous archiving (issue 43), read at each scrape from the primary's pg_stat_archiver: an operator is
+        // paged before a failing or stalled archive makes a mistake impossible to undo. Up 0 when it could not be read.
+        let archive = await database.archiveStatus(on: probe)
+        func gauge(_ name: String, _ help: String, _ value: Double) {
+            metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(value)
+        }
+        gauge("poopypals_archive_check_up", "1 when the last scrape could read pg_stat_archiver of the primary, else 0.", archive == nil ? 0 : 1)
+        if let archive {
+            gauge("poopypals_archive_enabled", "1 when archive_mode is on (or always) on the primary.", archive.archiveMode == "off" ? 0 : 1)
+            gauge("poopypals_archive_failing", "1 when the primary's last archive attempt failed.", archive.failing ? 1 : 0)
+            gauge("poopypals_archive_failures", "Failed archive attempts since the primary's statistics were reset (pg_stat_archiver).",
+                  Double(archive.failedCount))
+            gauge("poopypals_archive_segments_waiting", "Finished WAL segments not yet archived (-1: unknown).",
+                  Double(archive.segmentsWaiting ?? -1))
+            gauge("poopypals_archive_last_archived_age_seconds", "Seconds since the primary last archived a WAL segment (-1: never).",
+                  archive.secondsSinceLastArchived ?? -1)
+        }
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics))))
     }
