@@ -10,8 +10,8 @@ Each drill checks every acknowledged write against the restored database, read b
 - mistake: a full backup, load, one device erased, then at time T a superuser's `DELETE FROM poop_logs` and more
   load; `restore --to T`. Every write acknowledged before T is there, none started after T is, the erased device
   stays erased, and the service writes again.
-- failover-then-mistake: an incremental backup, a switchover (a new timeline), load, then the mistake at T;
-  `restore --to T`, the same checks: archiving carried on across the failover.
+- failover-then-mistake: an incremental backup, the primary killed (a failover, a new timeline), load, then the
+  mistake at T; `restore --to T`, the same checks: archiving carried on across the failover.
 - total-loss: load, then every node killed and its data folder deleted; `restore --latest`. RPO: the acknowledged
   writes missing, and how long before the loss the oldest of them was acknowledged; RTO: from the start of the
   restore to the first acknowledged write.
@@ -21,7 +21,7 @@ Each drill checks every acknowledged write against the restored database, read b
 One table row per drill on stdout; exit 0 when every criterion holds, 1 when one fails, 2 when the harness could
 not run. Targets: PITR exact (0 lost, 0 extra); RPO on total loss at most 15 s; RTO at most 120 s.
 
---sabotage shows the drills can fail: after the switchover the new primary's archive_command becomes /bin/true
+--sabotage shows the drills can fail: after the failover the new primary's archive_command becomes /bin/true
 (WAL "archived" into nothing, as on a node without archiving), and failover-then-mistake must then fail.
 """
 import argparse
@@ -87,8 +87,14 @@ class Drill:
         return load.snapshot(), at
 
     def restore(self, *how):
+        """The URL and when the restore started; None (a failure recorded) when the restore failed: that is what a
+        drill is for, not a harness error. Bounded above every wait inside `restore`."""
         started = time.monotonic()
-        url = cluster("restore", *how, timeout=400)
+        try:
+            url = cluster("restore", *how, timeout=1500)
+        except HarnessError as error:
+            self.failures.append(f"restore {' '.join(how)} failed: {error}")
+            return None, started
         took = time.monotonic() - started
         self.row["restore"] = f"{took:.0f}"
         return url.splitlines()[-1], started
@@ -153,8 +159,17 @@ class Drill:
     def mistake(self, url, switch_first=False):
         cluster("backup", "incr" if switch_first else "full", timeout=300)
         if switch_first:
-            cluster("switchover", timeout=90)
-            cluster("wait-healthy", "90", timeout=100)
+            # A crash, not a switchover: a killed primary archives nothing more, so what reaches the repository
+            # across the new timeline is the standbys' doing (archive_mode = always).
+            primary = cluster("primary-port")
+            cluster("kill-node", primary, timeout=60)
+            deadline = time.monotonic() + 60
+            while current_primary() in (None, primary):
+                if time.monotonic() > deadline:
+                    raise HarnessError("no new primary 60 s after the kill")
+                time.sleep(0.5)
+            cluster("restart-node", primary, timeout=60)
+            cluster("wait-healthy", "120", timeout=130)
             url = cluster("url")
             if self.args.sabotage:
                 # The fail-first demonstration: the new primary "archives" into nothing, as a node without
@@ -184,7 +199,7 @@ class Drill:
                 at = time.monotonic()
                 time.sleep(0.05)  # the target falls strictly between two commits' clocks
                 cluster("sql", "DELETE FROM poop_logs", timeout=70)
-                say(f"{self.name}: DELETE FROM poop_logs at {pg_time(wall(at) + 0.05)}")
+                say(f"{self.name}: target {pg_time(wall(at))}, then DELETE FROM poop_logs")
                 return at
             outcomes, target = self.load_around(service, devices[:DEVICES], the_mistake)
         finally:
@@ -194,7 +209,13 @@ class Drill:
         except HarnessError as error:
             self.failures.append(f"the WAL past the target did not reach the repository: {error}")
             return
+        finally:
+            if self.args.sabotage:
+                cluster("sql", "ALTER SYSTEM RESET archive_command", timeout=30)
+                cluster("sql", "SELECT pg_reload_conf()", timeout=30)
         url, _ = self.restore("--to", pg_time(wall(target)))
+        if url is None:
+            return
         self.judge_pitr(outcomes, target, url, devices[:DEVICES])
         # The device erased before the target stays erased: registering its id makes a new device (201, not the
         # 200 of one the database knows), with none of its logs.
@@ -233,6 +254,8 @@ class Drill:
         finally:
             service.stop()
         url, started = self.restore("--latest")
+        if url is None:
+            return
         self.writes_again(url, started)
         acked = [o for o in outcomes if o.kind == "write" and o.ok]
         present = list_logs(self.args.binary, url, devices, os.path.join(self.workdir, f"verify-{self.name}.log"))
@@ -281,11 +304,21 @@ class Drill:
         say(f"{self.name}: migrate made the restore point {point}")
         cluster("check", timeout=120)
         url, _ = self.restore("--to-name", point)
+        if url is None:
+            return
         after = status(self.args.binary, url, self.args.migrations_dir)
         if after != before:
             self.failures.append(f"migrate status after the restore: {after} (before the migration: {before})")
         self.judge_pitr(outcomes, time.monotonic(), url, devices)
         self.writes_again(url)
+
+
+def current_primary():
+    """The primary's port, or None while there is none (during a failover)."""
+    try:
+        return cluster("primary-port", timeout=30)
+    except HarnessError:
+        return None
 
 
 def status(binary, url, migrations_dir):

@@ -282,9 +282,12 @@ install_packages() {
 # One repository in $STATE/backrest/repo (production: S3/Azure/GCS, README "Backups and recovery"), encrypted
 # (aes-256-cbc, the passphrase in the config, readable by the postgres user only), stanza `poopypals`. Every node
 # archives with the same archive_command, a wrapper that finds its node from the folder PostgreSQL runs it in (its
-# data folder), so whichever node is primary archives, on any timeline, with no step after a failover. Asynchronous
-# (a spool and a lock folder per node, so two nodes on this host never share one). Backups come from a standby
-# (backup-standby) when one is healthy.
+# data folder), so whichever node is primary archives, on any timeline, with no step after a failover. And the
+# standbys archive too (archive_mode = always; pgBackRest's archive-mode-check off, it accepts a segment pushed
+# again with the same content): a standby marks what it received as archived, so with `on` the segments a killed
+# primary had finished but not yet pushed would be missing from the repository, a gap no restore could cross.
+# Asynchronous (a spool and a lock folder per node, so two nodes on this host never share one). Backups come from
+# a standby (backup-standby) when one is healthy.
 STANZA=poopypals
 ARCHIVE_TIMEOUT=5s      # an idle primary still switches (and so archives) its WAL segment within 5 s of a commit:
                         # the bound on what a total loss costs. Its price: up to 12 segment switches a minute under
@@ -303,6 +306,7 @@ repo1-cipher-pass=$(cat "$BACKREST/cipher")
 repo1-retention-full=2
 compress-type=zst
 archive-async=y
+archive-mode-check=n
 spool-path=$BACKREST/spool
 lock-path=$BACKREST/lock
 log-path=$BACKREST/log
@@ -336,9 +340,9 @@ PUSH
 }
 archive_settings() {
   cat <<CONF
-# --- continuous archiving to pgBackRest (scripts/cluster.sh): every node, so whichever is primary archives ---
-archive_mode = on
-archive_command = '$BACKREST/pgbackrest-push %p'
+# --- continuous archiving to pgBackRest (scripts/cluster.sh): every node, standbys included (see the script) ---
+archive_mode = always
+archive_command = '"$BACKREST/pgbackrest-push" %p'
 archive_timeout = '$ARCHIVE_TIMEOUT'
 CONF
 }
@@ -550,6 +554,8 @@ start_cluster() {
     rm -f "$STATE/created"
   fi
   if [ ! -f "$STATE/created" ]; then
+    # Never over a repository: it may be all that is left of the data (restore it, or reset to delete it).
+    [ ! -d "$BACKREST/repo/archive" ] || die "$STATE holds a backup repository but no formation: scripts/cluster.sh restore --latest (or reset, which deletes the backups)"
     create_cluster
   else
     SOCK=$(socket_dir); mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres: "$SOCK"
@@ -770,7 +776,9 @@ restore_cluster() {
   stop_all quiet
   local keep
   for keep in "$STATE"/*; do
-    case "$(basename "$keep")" in backrest|ports|password|socket_dir) ;; *) rm -rf "$keep" ;; esac
+    # `created` stays: a restore that fails part-way is run again (restore), never answered by `start` making a
+    # new formation (which would delete the repository).
+    case "$(basename "$keep")" in backrest|ports|password|socket_dir|created) ;; *) rm -rf "$keep" ;; esac
   done
   rm -rf "$BACKREST/spool" "$BACKREST/lock"
   SOCK=$(socket_dir); mkdir -p "$SOCK" "$XDG/config" "$XDG/data" "$XDG/run" "$BACKREST/spool" "$BACKREST/lock"
@@ -785,7 +793,12 @@ restore_cluster() {
     || { tail -20 "$STATE/node1-restore.log" >&2; die "the restored node1 did not start"; }
   local deadline=$((SECONDS + 300))
   until [ "$(psql_socket "$(port_of node1)" -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; do
-    [ $SECONDS -lt $deadline ] || { tail -20 "$STATE/node1-restore.log" >&2; die "node1 did not finish recovery in 300 s"; }
+    # A target past the archive's end stops recovery with FATAL: the server is gone, say why at once.
+    [ -n "$(postmaster_pid "$STATE/node1")" ] || { tail -20 "$STATE/node1-restore.log" >&2; die "node1 stopped during recovery (a target beyond the archived WAL?); nothing was changed in the repository"; }
+    if [ $SECONDS -ge $deadline ]; then
+      as_owner "$BINDIR/pg_ctl" -D "$STATE/node1" -w -t 60 -m fast stop >/dev/null 2>&1 || true
+      tail -20 "$STATE/node1-restore.log" >&2; die "node1 did not finish recovery in 300 s"
+    fi
     sleep 0.3
   done
   # pgBackRest wrote the recovery target into postgresql.auto.conf, and pg_basebackup copies that file to the
@@ -827,7 +840,7 @@ restore_cluster() {
 destroy_nodes() {
   local name
   for name in $PGBOUNCERS; do pid=$(pgbouncer_pid "$name"); [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
-  for name in $NODES; do kill_node "$name" 2>/dev/null; as_owner rm -rf "$STATE/$name"; done
+  for name in $NODES; do kill_node "$name"; as_owner rm -rf "$STATE/$name"; done
   pid=$(keeper_pid monitor); [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
   stop_all quiet
   say "every node killed and its data folder deleted; the repository $BACKREST/repo remains"

@@ -17,7 +17,8 @@ public struct ArchiveStatus: Sendable, Encodable, Equatable {
     public let segmentsWaiting: Int64?
 
     /// The last archived segment's number against the one being written, in SQL: WAL file names are the timeline,
-    /// then the segment number as two 32-bit halves (high part counted in 4 GiB / segment size).
+    /// then the segment number as two 32-bit halves (high part counted in 4 GiB / segment size). The current
+    /// segment is the WAL position divided by the segment size, rounded down (numeric division rounds on a cast).
     static let sql = """
         WITH a AS (SELECT * FROM pg_catalog.pg_stat_archiver),
              s AS (SELECT setting::bigint AS size FROM pg_catalog.pg_settings WHERE name = 'wal_segment_size')
@@ -26,7 +27,7 @@ public struct ArchiveStatus: Sendable, Encodable, Equatable {
                a.failed_count,
                coalesce(a.last_failed_time > coalesce(a.last_archived_time, '-infinity'), false) AS failing,
                CASE WHEN a.last_archived_wal ~ '^[0-9A-F]{24}'
-                    THEN (pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), '0/0') / s.size)::bigint
+                    THEN floor(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), '0/0') / s.size)::bigint
                          - (('x' || substr(a.last_archived_wal, 9, 8))::bit(32)::bigint * (4294967296 / s.size)
                             + ('x' || substr(a.last_archived_wal, 17, 8))::bit(32)::bigint) - 1
                END AS waiting

@@ -209,7 +209,8 @@ public struct RLSAudit: Sendable {
             """)[0].decode(0, as: Bool.self)
         record("PUBLIC may not connect to this database", publicConnect
                ? "every login of the server may connect, including members of the service roles made by other databases' migrations; as the owner: REVOKE CONNECT ON DATABASE <name> FROM PUBLIC (sql/0019)" : nil)
-        let outsiders = try connection.query("""
+        // Only through PUBLIC: a login the owner granted CONNECT to (the service's own, README) is a choice.
+        let outsiders = !publicConnect ? nil : try connection.query("""
             SELECT string_agg(r.rolname::text, ', ' ORDER BY r.rolname)
             FROM pg_roles r, pg_database d
             WHERE d.datname = current_database() AND r.rolcanlogin AND NOT r.rolsuper
@@ -219,7 +220,7 @@ public struct RLSAudit: Sendable {
                    OR (to_regrole(\(Database.profilesRole)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(Database.profilesRole)), 'MEMBER')))
             """)[0].decode(0, as: String?.self)
         record("no other login may connect here as a member of the service roles", outsiders.map {
-            "\($0) may connect to this database and switch to the service roles (granted for another database): revoke its CONNECT"
+            "\($0) may connect to this database through PUBLIC and switch to the service roles (granted for another database)"
         })
 
         let role = try connection.query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = \(serviceRole)")

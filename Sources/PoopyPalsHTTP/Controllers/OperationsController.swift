@@ -80,16 +80,16 @@ struct OperationsController: Sendable {
             metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(value)
         }
         gauge("poopypals_archive_check_up", "1 when the last scrape could read pg_stat_archiver of the primary, else 0.", archive == nil ? 0 : 1)
-        if let archive {
-            gauge("poopypals_archive_enabled", "1 when archive_mode is on (or always) on the primary.", archive.archiveMode == "off" ? 0 : 1)
-            gauge("poopypals_archive_failing", "1 when the primary's last archive attempt failed.", archive.failing ? 1 : 0)
-            gauge("poopypals_archive_failures", "Failed archive attempts since the primary's statistics were reset (pg_stat_archiver).",
-                  Double(archive.failedCount))
-            gauge("poopypals_archive_segments_waiting", "Finished WAL segments not yet archived (-1: unknown).",
-                  Double(archive.segmentsWaiting ?? -1))
-            gauge("poopypals_archive_last_archived_age_seconds", "Seconds since the primary last archived a WAL segment (-1: never).",
-                  archive.secondsSinceLastArchived ?? -1)
-        }
+        // Unread figures are NaN, never the last scrape's values passed off as current.
+        gauge("poopypals_archive_enabled", "1 when archive_mode is on (or always) on the primary.",
+              archive.map { $0.archiveMode == "off" ? 0 : 1 } ?? .nan)
+        gauge("poopypals_archive_failing", "1 when the primary's last archive attempt failed.", archive.map { $0.failing ? 1 : 0 } ?? .nan)
+        gauge("poopypals_archive_failures", "Failed archive attempts since the primary's statistics were reset (pg_stat_archiver).",
+              archive.map { Double($0.failedCount) } ?? .nan)
+        gauge("poopypals_archive_segments_waiting", "Finished WAL segments not yet archived (-1: unknown).",
+              archive.map { Double($0.segmentsWaiting ?? -1) } ?? .nan)
+        gauge("poopypals_archive_last_archived_age_seconds", "Seconds since the primary last archived a WAL segment (-1: never).",
+              archive.map { $0.secondsSinceLastArchived ?? -1 } ?? .nan)
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics))))
     }
