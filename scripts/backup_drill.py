@@ -181,10 +181,7 @@ class Drill:
         devices = [str(uuid.uuid4()) for _ in range(DEVICES + 1)]
         erased = devices[-1]
         try:
-            for device in devices:
-                refused = register(service.port, device)
-                if refused:
-                    raise HarnessError(f"before the drill: {refused}")
+            register_all(service.port, devices)
             for n in range(5):
                 log_id = str(uuid.uuid4())
                 outcome, _ = call(service.port, "POST", "/v1/logs", erased, kind="write", log_id=log_id,
@@ -240,10 +237,7 @@ class Drill:
         service = self.serve(url, "before")
         devices = [str(uuid.uuid4()) for _ in range(DEVICES)]
         try:
-            for device in devices:
-                refused = register(service.port, device)
-                if refused:
-                    raise HarnessError(f"before the drill: {refused}")
+            register_all(service.port, devices)
             load = Load(service.port, devices)
             load.start()
             time.sleep(LOAD_BEFORE * 2)
@@ -271,10 +265,7 @@ class Drill:
         service = self.serve(url, "before")
         devices = [str(uuid.uuid4()) for _ in range(DEVICES)]
         try:
-            for device in devices:
-                refused = register(service.port, device)
-                if refused:
-                    raise HarnessError(f"before the drill: {refused}")
+            register_all(service.port, devices)
             load = Load(service.port, devices)
             load.start()
             time.sleep(LOAD_BEFORE)
@@ -331,13 +322,15 @@ def status(binary, url, migrations_dir):
     return document.get("currentVersion"), document.get("upToDate")
 
 
-def print_table(rows):
-    headers = [("drill", "drill"), ("acked", "acked writes"), ("lost", "lost"), ("extra", "should not be there"),
-               ("rpo", "RPO s"), ("rto", "RTO s"), ("restore", "restore s"), ("result", "result")]
-    widths = [max(len(title), *(len(str(row[key])) for row in rows)) for key, title in headers]
-    print("  ".join(title.ljust(width) for (_, title), width in zip(headers, widths)).rstrip())
-    for row in rows:
-        print("  ".join(str(row[key]).ljust(width) for (key, _), width in zip(headers, widths)).rstrip())
+DRILL_COLUMNS = [("drill", "drill"), ("acked", "acked writes"), ("lost", "lost"), ("extra", "should not be there"),
+                 ("rpo", "RPO s"), ("rto", "RTO s"), ("restore", "restore s"), ("result", "result")]
+
+
+def register_all(port, devices):
+    for device in devices:
+        refused = register(port, device)
+        if refused:
+            raise HarnessError(f"before the drill: {refused}")
 
 
 def main():
@@ -366,7 +359,7 @@ def main():
     say(f"total {time.monotonic() - started:.0f} s" + (f"; serve logs in {workdir}" if failed else ""))
     if not failed:
         shutil.rmtree(workdir, ignore_errors=True)
-    print_table(rows)
+    failover.print_table(rows, DRILL_COLUMNS)
     for failure in failed:
         print(f"FAILED {failure}")
     return 1 if failed else 0

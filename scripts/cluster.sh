@@ -349,8 +349,13 @@ CONF
 # stanza-create is idempotent (an existing stanza of the same database is fine); check proves a WAL switch
 # reaches the repository.
 create_stanza() {
-  backrest stanza-create >>"$BACKREST/stanza.log" 2>&1 || { tail -20 "$BACKREST/stanza.log" >&2; die "pgbackrest stanza-create failed"; }
-  backrest check >>"$BACKREST/stanza.log" 2>&1 || { tail -20 "$BACKREST/stanza.log" >&2; die "pgbackrest check failed"; }
+  backrest_logged stanza stanza-create
+  backrest_logged stanza check
+}
+# pgbackrest COMMAND... with its output appended to $BACKREST/LOG.log; on failure the log's end, and die.
+backrest_logged() {
+  local log=$BACKREST/$1.log; shift
+  backrest "$@" >>"$log" 2>&1 || { tail -20 "$log" >&2; die "pgbackrest $1 failed"; }
 }
 
 # --- creation --------------------------------------------------------------------------------------------
@@ -462,11 +467,7 @@ create_cluster() {
   chmod 700 "$STATE" "$SOCK"
 
   write_backrest_config
-  create_monitor
-  launch_keeper monitor "$MONITOR_DATA"
-  create_node node1
-  launch_keeper node1 "$STATE/node1"
-  wait_node_state node1 single 60
+  start_monitor_and_node1
   # The app's login, made on the primary before the standby exists, so the base backup carries it.
   as_owner timeout 10 "$BINDIR/psql" -q -X -v ON_ERROR_STOP=1 -h "$SOCK" -p "$n1" -U postgres -d postgres \
     -v pw="$(cat "$STATE/password")" >/dev/null <<'SQL'
@@ -476,14 +477,28 @@ CREATE DATABASE poopypals OWNER poopypals;
 -- `poopypals migrate` marks a restore point before it changes anything (README "Backups and recovery").
 GRANT EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) TO poopypals;
 SQL
-  create_node node2
-  launch_keeper node2 "$STATE/node2"
-  # One standby at a time: the second joins once the first is a secondary (the monitor then raises
-  # number_sync_standbys to 1 by itself; it is set again below so that it never depends on that).
-  wait_node_state node2 secondary 120
-  create_node node3
-  launch_keeper node3 "$STATE/node3"
-  wait_node_state node3 secondary 120
+  join_standbys
+}
+
+# A new monitor, and node1 registered (made by initdb, or a restored data folder) until it is `single`.
+start_monitor_and_node1() {
+  create_monitor
+  launch_keeper monitor "$MONITOR_DATA"
+  create_node node1
+  launch_keeper node1 "$STATE/node1"
+  wait_node_state node1 single 120
+}
+
+# node2 and node3 as fresh copies of node1, one at a time: the second joins once the first is a secondary (the
+# monitor then raises number_sync_standbys to 1 by itself; it is set here so that it never depends on that).
+# Then the stanza, and the formation is made.
+join_standbys() {
+  local name
+  for name in node2 node3; do
+    create_node "$name"
+    launch_keeper "$name" "$STATE/$name"
+    wait_node_state "$name" secondary 120
+  done
   autoctl set formation number-sync-standbys 1 --monitor "$(monitor_url)" >>"$STATE/monitor.log" 2>&1 \
     || die "pg_autoctl set formation number-sync-standbys 1 failed"
   create_stanza
@@ -723,8 +738,7 @@ take_backup() {  # [full|diff|incr]
   case "$type" in full|diff|incr) ;; *) die "usage: scripts/cluster.sh backup [full|diff|incr]" ;; esac
   local started=$SECONDS
   # From a standby (backup-standby): the primary only starts and stops the backup.
-  backrest backup --type="$type" >>"$BACKREST/backup.log" 2>&1 \
-    || { tail -20 "$BACKREST/backup.log" >&2; die "pgbackrest backup --type=$type failed"; }
+  backrest_logged backup backup --type="$type"
   say "$type backup done in $((SECONDS - started)) s: $(backrest info --output=json | python3 -c '
 import json, sys
 b = json.load(sys.stdin)[0]["backup"][-1]
@@ -751,8 +765,8 @@ print("restorable: from {} to the newest archived WAL {} (restore --latest)".for
 }
 
 verify_repository() {
-  backrest check >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest check failed"; }
-  backrest verify >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest verify failed"; }
+  backrest_logged check check
+  backrest_logged check verify
   say "check (a WAL switch reached the repository) and verify (every file of every backup and WAL) passed"
 }
 
@@ -783,8 +797,7 @@ restore_cluster() {
   rm -rf "$BACKREST/spool" "$BACKREST/lock"
   SOCK=$(socket_dir); mkdir -p "$SOCK" "$XDG/config" "$XDG/data" "$XDG/run" "$BACKREST/spool" "$BACKREST/lock"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$SOCK"
-  backrest restore --pg1-path="$STATE/node1" --target-timeline=latest "${target[@]}" >>"$BACKREST/restore.log" 2>&1 \
-    || { tail -20 "$BACKREST/restore.log" >&2; die "pgbackrest restore failed"; }
+  backrest_logged restore restore --pg1-path="$STATE/node1" --target-timeline=latest "${target[@]}"
   # Alone first: replay to the target and promote. The copy came from a standby: its standby settings go.
   as_owner rm -f "$STATE/node1/standby.signal" "$STATE/node1/postgresql-auto-failover-standby.conf"
   as_owner touch "$STATE/node1/postgresql-auto-failover-standby.conf"
@@ -813,21 +826,9 @@ restore_cluster() {
   done
   as_owner "$BINDIR/pg_ctl" -D "$STATE/node1" -w -t 60 -m fast stop >/dev/null
   say "node1 restored and promoted in $((SECONDS - started)) s; making the formation around it"
-  create_monitor
-  launch_keeper monitor "$MONITOR_DATA"
-  create_node node1
-  launch_keeper node1 "$STATE/node1"
-  wait_node_state node1 single 120
+  start_monitor_and_node1
+  join_standbys
   local name
-  for name in node2 node3; do
-    create_node "$name"
-    launch_keeper "$name" "$STATE/$name"
-    wait_node_state "$name" secondary 120
-  done
-  autoctl set formation number-sync-standbys 1 --monitor "$(monitor_url)" >>"$STATE/monitor.log" 2>&1 \
-    || die "pg_autoctl set formation number-sync-standbys 1 failed"
-  create_stanza
-  touch "$STATE/created"
   for name in $PGBOUNCERS; do start_pgbouncer "$name"; done
   wait_healthy 120
   say "restored to $what in $((SECONDS - started)) s; take a full backup of the new timeline (scripts/cluster.sh backup full)"
@@ -907,7 +908,7 @@ case "$cmd" in
   verify) need_cluster; verify_repository ;;
   check)
     need_cluster
-    backrest check >>"$BACKREST/check.log" 2>&1 || { tail -20 "$BACKREST/check.log" >&2; die "pgbackrest check failed"; }
+    backrest_logged check check
     say "check passed: a WAL switch of the primary reached the repository" ;;
   sql)
     # As the superuser on the primary, database poopypals (a drill's "mistaken statement"); bounded.

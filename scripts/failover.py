@@ -624,11 +624,14 @@ def list_logs(binary, url, devices, log_path):
     return ids
 
 
-def print_table(rows):
-    headers = [("scenario", "scenario"), ("acked", "acked writes"), ("lost", "lost"), ("gap", "gap s"), ("outage", "outage s"),
-               ("longest", "longest s"), ("unknown", "outcome_unknown committed"),
-               ("errored", "conn-error writes committed"), ("single", "one-copy s"), ("result", "result"),
-               ("during", "during the gap")]
+SCENARIO_COLUMNS = [("scenario", "scenario"), ("acked", "acked writes"), ("lost", "lost"), ("gap", "gap s"),
+                    ("outage", "outage s"), ("longest", "longest s"), ("unknown", "outcome_unknown committed"),
+                    ("errored", "conn-error writes committed"), ("single", "one-copy s"), ("result", "result"),
+                    ("during", "during the gap")]
+
+
+def print_table(rows, headers=SCENARIO_COLUMNS):
+    """One line per row, columns (key, title) aligned; scripts/backup_drill.py passes its own."""
     widths = [max(len(title), *(len(str(row[key])) for row in rows)) for key, title in headers]
     print("  ".join(title.ljust(width) for (_, title), width in zip(headers, widths)).rstrip())
     for row in rows:

@@ -17,25 +17,9 @@ struct DatabaseIsolationTests {
             superuserURL.replacingOccurrences(of: "/postgres?", with: "/\(database)?")
                 .replacingOccurrences(of: "user=postgres", with: "user=\(user)")
         }
-        // One statement a call: CREATE and DROP DATABASE refuse the implicit transaction of a multi-statement string.
-        @Sendable func asSuperuser(_ statements: String..., in database: String = "postgres") async throws {
-            let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: superuserURL, database: database), maxConnections: 1))
-            do {
-                try await pool.withConnection { conn in for sql in statements { _ = try conn.executeScript(sql) } }
-            } catch {
-                await pool.close()
-                throw error
-            }
-            await pool.close()
-        }
         // What a run killed before its clean-up left (its owner would be named by the audit below too).
-        let stale = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: superuserURL), maxConnections: 1))
-        let leftovers = try await stale.withConnection { conn in
-            try conn.query("SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'pp\\_owner\\_%'").map { try $0.decode(0, as: String.self) }
-        }
-        await stale.close()
-        for role in leftovers {
-            try await asSuperuser("DROP DATABASE IF EXISTS pp_db_\(role.dropFirst("pp_owner_".count)) WITH (FORCE)", "DROP ROLE IF EXISTS \(role)")
+        for role in try await Superuser.column("SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'pp\\_owner\\_%'") {
+            try await Superuser.execute("DROP DATABASE IF EXISTS pp_db_\(role.dropFirst("pp_owner_".count)) WITH (FORCE)", "DROP ROLE IF EXISTS \(role)")
         }
         let suffix = UUID().uuidString.lowercased().prefix(8)
         let owner = "pp_owner_\(suffix)", database = "pp_db_\(suffix)"
@@ -45,11 +29,11 @@ struct DatabaseIsolationTests {
             let migratedA = try await TestProject.run(["migrate", "--database-url", a.url, "--migrations-dir", TestProject.migrationsDirectory.path])
             #expect(migratedA.status == 0, "stderr: \(migratedA.stderr.suffix(1500))")
             // A's data, written past its policies.
-            try await asSuperuser("INSERT INTO users (id, email, full_name) VALUES (gen_random_uuid(), 'a-\(suffix)@example.com', 'In A')", in: a.name)
+            try await Superuser.execute("INSERT INTO users (id, email, full_name) VALUES (gen_random_uuid(), 'a-\(suffix)@example.com', 'In A')", in: a.name)
             // A second deployment's owner, as the README's (CREATEROLE, not a superuser), holding the server's service
             // roles as every migrating login does (PostgreSQL 16+ lets only a holder of ADMIN grant them: the
             // operator did).
-            try await asSuperuser("CREATE ROLE \(owner) LOGIN CREATEDB CREATEROLE", "CREATE DATABASE \(database) OWNER \(owner)",
+            try await Superuser.execute("CREATE ROLE \(owner) LOGIN CREATEDB CREATEROLE", "CREATE DATABASE \(database) OWNER \(owner)",
                                   "GRANT poopypals_app, poopypals_profiles TO \(owner) WITH ADMIN OPTION")
             do {
                 // B's owner migrates B: it becomes a member of the server's service roles.
@@ -72,17 +56,17 @@ struct DatabaseIsolationTests {
                 // A's audit says so; with CONNECT back for PUBLIC it names both causes.
                 let audit = try await TestProject.run(["monitor", "rls", "--database-url", a.url])
                 #expect(audit.status == 0, "\(audit.stdout)")
-                try await asSuperuser("GRANT CONNECT ON DATABASE \(a.name) TO PUBLIC")
+                try await Superuser.execute("GRANT CONNECT ON DATABASE \(a.name) TO PUBLIC")
                 let open = try await TestProject.run(["monitor", "rls", "--database-url", a.url])
                 #expect(open.status == 1)
                 #expect(open.stdout.contains("FAIL PUBLIC may not connect to this database"), "\(open.stdout)")
                 let named = open.stdout.split(separator: "\n").first { $0.hasPrefix("FAIL no other login may connect here as a member of the service roles: ") }
                 #expect(named?.contains(owner) == true, "\(open.stdout)")
             } catch {
-                try? await asSuperuser("DROP DATABASE IF EXISTS \(database) WITH (FORCE)", "DROP ROLE IF EXISTS \(owner)")
+                try? await Superuser.execute("DROP DATABASE IF EXISTS \(database) WITH (FORCE)", "DROP ROLE IF EXISTS \(owner)")
                 throw error
             }
-            try await asSuperuser("DROP DATABASE IF EXISTS \(database) WITH (FORCE)", "DROP ROLE IF EXISTS \(owner)")
+            try await Superuser.execute("DROP DATABASE IF EXISTS \(database) WITH (FORCE)", "DROP ROLE IF EXISTS \(owner)")
         }
     }
 }

@@ -44,21 +44,11 @@ struct MigrateCommandTests {
     @Test(.enabled(if: PgDump.superuserURL != nil, "needs POOPYPALS_TEST_SUPERUSER_URL to grant pg_create_restore_point (make test sets it)"))
     func aRunMarksARestorePointFirstOrSaysWhyItCouldNot() async throws {
         let sql = ["--migrations-dir", TestProject.migrationsDirectory.path]
-        let superuserURL = try #require(PgDump.superuserURL)
         // A function's grants are the database's own: made in the test database, as its superuser.
         @Sendable func change(_ statement: String, of role: String, in database: String) async throws {
-            let configuration = ConnectionConfiguration(connectionString: superuserURL, database: database)
-            let pool = ConnectionPool(configuration: .init(connection: configuration, maxConnections: 1))
-            let sql = statement == "GRANT"
+            try await Superuser.execute(statement == "GRANT"
                 ? "GRANT EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) TO \"\(role)\""
-                : "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) FROM \"\(role)\""
-            do {
-                _ = try await pool.withConnection { try $0.executeScript(sql) }
-            } catch {
-                await pool.close()
-                throw error
-            }
-            await pool.close()
+                : "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) FROM \"\(role)\"", in: database)
         }
         try await TestDatabase.with { db in
             let role = try await db.withConnection { try $0.query("SELECT current_user::text")[0].decode(0, as: String.self) }

@@ -129,7 +129,8 @@ public struct Migrator: Sendable {
         try acquireLock(on: connection)
         defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(Self.advisoryLockKey))") }
         // Everything that can refuse runs before the first change (even before the history table exists).
-        let pending = try pendingFiles(applied: appliedMigrations(on: connection))
+        let applied = try appliedMigrations(on: connection)
+        let pending = try pendingFiles(applied: applied)
         let scripts = try pending.map { file in
             let script = SQLScript(file.sql)
             if file.runsInTransaction, let control = script.statements.first(where: Self.controlsTransaction) {
@@ -141,9 +142,9 @@ public struct Migrator: Sendable {
         try connection.executeScript(Self.historyTableSQL)
         if pending.isEmpty { logger.info("database is up to date") }
         let restorePoint = pending.isEmpty || !options.createRestorePoint
-            ? nil : try makeRestorePoint(from: appliedMigrations(on: connection).last?.version, on: connection)
-        let applied = try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
-        return Run(applied: applied, restorePoint: restorePoint)
+            ? nil : try makeRestorePoint(from: applied.last?.version, on: connection)
+        let done = try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
+        return Run(applied: done, restorePoint: restorePoint)
     }
 
     /// `poopypals-migrate-from-<version>-<UTC time>` (at most 63 bytes, as restore point names must be). A server

@@ -22,11 +22,12 @@ public struct ArchiveStatus: Sendable, Encodable, Equatable {
     static let sql = """
         WITH a AS (SELECT * FROM pg_catalog.pg_stat_archiver),
              s AS (SELECT setting::bigint AS size FROM pg_catalog.pg_settings WHERE name = 'wal_segment_size')
-        SELECT current_setting('archive_mode') AS mode, a.archived_count, a.last_archived_wal,
+        SELECT pg_catalog.pg_is_in_recovery() AS standby, current_setting('archive_mode') AS mode,
+               a.archived_count, a.last_archived_wal,
                extract(epoch FROM now() - a.last_archived_time)::float8 AS since,
                a.failed_count,
                coalesce(a.last_failed_time > coalesce(a.last_archived_time, '-infinity'), false) AS failing,
-               CASE WHEN a.last_archived_wal ~ '^[0-9A-F]{24}'
+               CASE WHEN NOT pg_catalog.pg_is_in_recovery() AND a.last_archived_wal ~ '^[0-9A-F]{24}'
                     THEN floor(pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), '0/0') / s.size)::bigint
                          - (('x' || substr(a.last_archived_wal, 9, 8))::bit(32)::bigint * (4294967296 / s.size)
                             + ('x' || substr(a.last_archived_wal, 17, 8))::bit(32)::bigint) - 1
@@ -41,9 +42,10 @@ public struct ArchiveStatus: Sendable, Encodable, Equatable {
         }
     }
 
+    /// One round trip (a `/metrics` scrape runs it).
     public static func read(on connection: Connection) throws -> ArchiveStatus {
-        if try connection.query("SELECT pg_catalog.pg_is_in_recovery()")[0].decode(0, as: Bool.self) { throw ReadError.standby }
         let row = try connection.query(PostgresQuery(unsafeSQL: sql))[0]
+        if try row.decode("standby", as: Bool.self) { throw ReadError.standby }
         return ArchiveStatus(
             archiveMode: try row.decode("mode", as: String.self),
             archivedCount: try row.decode("archived_count", as: Int64.self),

@@ -67,18 +67,16 @@ struct OperationsController: Sendable {
     }
 
     @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {
-        let pool = database.pool.statistics
-        for (name, help, value) in [("poopypals_db_pool_in_use", "Database connections lent to a request now.", pool.inUse),
-                                    ("poopypals_db_pool_waiting", "Requests waiting for a database connection now.", pool.waiting),
-                                    ("poopypals_db_pool_open", "Database connections open now.", pool.open)] {
-            metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(Double(value))
-        }
-        // Continuous archiving (issue 43), read at each scrape from the primary's pg_stat_archiver: an operator is
-        // paged before a failing or stalled archive makes a mistake impossible to undo. Up 0 when it could not be read.
-        let archive = await database.archiveStatus(on: probe)
         func gauge(_ name: String, _ help: String, _ value: Double) {
             metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(value)
         }
+        let pool = database.pool.statistics
+        gauge("poopypals_db_pool_in_use", "Database connections lent to a request now.", Double(pool.inUse))
+        gauge("poopypals_db_pool_waiting", "Requests waiting for a database connection now.", Double(pool.waiting))
+        gauge("poopypals_db_pool_open", "Database connections open now.", Double(pool.open))
+        // Continuous archiving (issue 43), read at each scrape from the primary's pg_stat_archiver: an operator is
+        // paged before a failing or stalled archive makes a mistake impossible to undo. Up 0 when it could not be read.
+        let archive = await database.archiveStatus(on: probe)
         gauge("poopypals_archive_check_up", "1 when the last scrape could read pg_stat_archiver of the primary, else 0.", archive == nil ? 0 : 1)
         // Unread figures are NaN, never the last scrape's values passed off as current.
         gauge("poopypals_archive_enabled", "1 when archive_mode is on (or always) on the primary.",
