@@ -67,6 +67,8 @@ public struct APIError: Error, HTTPResponseError, Sendable {
             case .emailInUse: return APIError(.conflict, "email_in_use", "this email address belongs to another account")
             case .weakDeviceID: return .weakDeviceID
             case .deviceIDInUse: return APIError(.conflict, "device_id_in_use", "the new device id is already registered; nothing was changed")
+            case .deviceBeingErased:
+                return APIError(.conflict, "device_being_erased", "this device id is being erased; use a new device id, or this one once DELETE /v1/device answers 404")
             case .deviceLinkedToAnotherProfile:
                 return APIError(.conflict, "device_linked_to_another_profile",
                                 "this device is linked to another account's profile; nothing was changed: register a new device id to use another account")

@@ -32,7 +32,7 @@ struct DeviceAndLogRepositoryTests {
             let user = try await UserRepository(database: database).ensureProfile(as: victim, id: UUID(), email: "link@example.com").user
             #expect(try await devices.current(as: victim)?.userID == user.id)
             for statement: PostgresQuery in [
-                "INSERT INTO devices (id, user_id) VALUES (\(attacker.uuid), \(user.id))",
+                "INSERT INTO devices (key, user_id) VALUES (\(attacker.key), \(user.id))",
                 "UPDATE devices SET user_id = \(user.id)",
             ] {
                 if statement.sql.hasPrefix("UPDATE") { _ = try await devices.register(DeviceInfo(), as: attacker) }

@@ -22,14 +22,14 @@ enum Route: String, CaseIterable, Sendable {
 enum Seed {
     static func device(_ database: Database, _ id: UUID) async throws {
         try await database.asDevice(DeviceID(id)) { tx in
-            try tx.finalQuery("INSERT INTO devices (id, model) VALUES (\(id.deviceKey), 'test phone')")
+            try tx.finalQuery("INSERT INTO devices (key, model) VALUES (\(id.deviceKey), 'test phone')")
         }
     }
 
     static func log(_ database: Database, _ device: UUID, bristol: Int = 4) async throws -> UUID {
         try await database.asDevice(DeviceID(device)) { tx in
             try tx.finalQuery("""
-                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.deviceKey), now(), \(bristol))
+                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), \(bristol))
                 RETURNING id
                 """)[0].decode("id", as: UUID.self)
         }
@@ -149,36 +149,41 @@ struct DeviceIsolationTests {
             try await Seed.device(database, a)
             try await Seed.device(database, b)
 
-            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices") == [a.deviceKey])
-            #expect(try await Seed.ids(database, as: a, "SELECT id FROM devices WHERE id = \(b.deviceKey)") == [])
+            #expect(try await Seed.ids(database, as: a, "SELECT key FROM devices") == [a.deviceKey])
+            #expect(try await Seed.ids(database, as: a, "SELECT key FROM devices WHERE key = \(b.deviceKey)") == [])
 
             let insertOther = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(UUID()))") }
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("INSERT INTO devices (key) VALUES (\(UUID()))") }
             }
             #expect(insertOther?.sqlState == .insufficientPrivilege)
 
             let foreignUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE id = \(b.deviceKey)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE key = \(b.deviceKey)").rowsAffected
             }
             #expect(foreignUpdate == 0)
-            let renumber = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("UPDATE devices SET id = \(UUID()) WHERE id = \(a.deviceKey)") }
+            // Neither the internal id nor the key is the device's to change (rotation is the profile role's function's).
+            for column in ["id", "key"] {
+                let renumber = await #expect(throws: PostgresError.self) {
+                    try await database.asDevice(DeviceID(a)) { tx in
+                        try tx.finalQuery("UPDATE devices SET \(unescaped: column) = \(UUID()) WHERE key = \(a.deviceKey)")
+                    }
+                }
+                #expect(renumber?.sqlState == .insufficientPrivilege)
             }
-            #expect(renumber?.sqlState == .insufficientPrivilege)
             let ownUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE id = \(a.deviceKey)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE key = \(a.deviceKey)").rowsAffected
             }
             #expect(ownUpdate == 1)
 
             let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("DELETE FROM devices WHERE id = \(b.deviceKey)").rowsAffected
+                try tx.finalQuery("DELETE FROM devices WHERE key = \(b.deviceKey)").rowsAffected
             }
             #expect(foreignDelete == 0)
             let modelB = try await database.asDevice(DeviceID(b)) { tx in
                 try tx.finalQuery("SELECT model FROM devices")[0].decode(0, as: String.self)
             }
             #expect(modelB == "test phone")
-            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE id = \(a.deviceKey)").rowsAffected }
+            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE key = \(a.deviceKey)").rowsAffected }
             #expect(ownDelete == 1)
             await database.pool.close()
         }
@@ -204,7 +209,10 @@ struct DeviceIsolationTests {
                     for (index, device) in devices.enumerated() {
                         group.addTask {
                             let rows = try await database.asDevice(DeviceID(device)) { tx in
-                                try tx.finalQuery("SELECT device_id FROM poop_logs ORDER BY occurred_at").map { try $0.decode(0, as: UUID.self) }
+                                // Each log's device, by the key it is found with (the device's id is internal: sql/0021).
+                                try tx.finalQuery("""
+                                    SELECT (SELECT d.key FROM devices d WHERE d.id = l.device_id) FROM poop_logs l ORDER BY occurred_at
+                                    """).map { try $0.decode(0, as: UUID?.self) }
                             }
                             let foreign = rows.filter { $0 != device.deviceKey }.count
                             return foreign + (rows.count == 1 + index % 4 ? 0 : 1)

@@ -85,11 +85,11 @@ struct DeviceKeyTests {
         try await TestDatabase.withMigrated { db in
             let clean = try await db.withConnection { try RLSAudit().run(on: $0) }
             #expect(clean.ok, "\(clean.checks.filter { !$0.ok })")
-            #expect(clean.checks.filter { $0.check.hasPrefix("SECURITY DEFINER") }.count == 4)
+            #expect(clean.checks.filter { $0.check.hasPrefix("SECURITY DEFINER") }.count == 5)
             let report = try await db.withConnection { conn in
                 try conn.transaction { conn in
                     try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
-                    try conn.executeScript("GRANT EXECUTE ON FUNCTION poopypals_erase_device(uuid) TO PUBLIC")
+                    try conn.executeScript("GRANT EXECUTE ON FUNCTION poopypals_erase_device(uuid, integer) TO PUBLIC")
                 }
                 return try RLSAudit().run(on: conn)
             }

@@ -42,8 +42,8 @@ struct RequestTransactionTests {
             try await Seed.device(database, device)
             let error = await #expect(throws: PostgresError.self) {
                 try await database.asDevice(DeviceID(device)) { tx in
-                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.deviceKey), now(), 3)")
-                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.deviceKey), now(), 9)")
+                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), 3)")
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), 9)")
                 }
             }
             #expect(error?.sqlState == .checkViolation)
@@ -65,7 +65,7 @@ struct RequestTransactionTests {
             try await Seed.device(database, device)
             let error = await #expect(throws: TransactionError.self) {
                 try await database.asDevice(DeviceID(device)) { tx in
-                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(device.deviceKey), now(), 3)")
+                    try tx.query("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), 3)")
                     _ = try? tx.query("SELECT 1 / 0")
                 }
             }

@@ -60,15 +60,16 @@ struct ShardReadyTests {
                 let inserts = text.hasPrefix("insert")
                 if mentions(text, "poop_logs") || mentions(text, "poop_log_tombstones") {
                     checked += 1
-                    #expect(text.contains("device_id = $") || (inserts && text.contains("device_id")), "\(statement)")
+                    // The device's stable id, found by its key (sql/0021), in the statement itself.
+                    #expect((text.contains("device_id = (select") || (inserts && text.contains("device_id"))) && text.contains("key = $"), "\(statement)")
                 }
                 if mentions(text, "devices") {
                     checked += 1
-                    #expect(text.contains("id = $") || (inserts && text.contains("devices (id")), "\(statement)")
+                    #expect(text.contains("key = $") || (inserts && text.contains("devices (key")), "\(statement)")
                 }
                 if mentions(text, "users") {
                     checked += 1
-                    #expect(text.contains("from devices d where d.id = $"), "\(statement)")
+                    #expect(text.contains("from devices d where d.key = $"), "\(statement)")
                 }
             }
             #expect(checked > 12)

@@ -13,7 +13,8 @@ struct WholeSecondMigrationTests {
             try await db.withConnection { _ = try Migrator(files: files, options: options).migrate(on: $0) }
             let device = try DeviceID(UUID())
             let database = Database(pool: db.pool(size: 2))
-            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            // Registered as the service did at that version (the device's id was its key).
+            try await database.asDevice(device) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(device.key))") }
             let (fractional, whole) = (UUID(), UUID())
             let before = try await database.asDevice(device) { tx in
                 try tx.query("""

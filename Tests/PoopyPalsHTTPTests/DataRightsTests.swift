@@ -101,7 +101,7 @@ struct DataRightsTests {
             // A version-1 device registered before the rule (written as the service did then).
             let legacy = try #require(UUID(uuidString: "7a2b0a4e-3b2d-11ef-9f70-8a9b0c1d2e3f"))
             let database = Database(pool: db.pool(size: 1))
-            try await database.asDevice(DeviceID(legacy)) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(legacy.deviceKey))") }
+            try await database.asDevice(DeviceID(legacy)) { tx in try tx.finalQuery("INSERT INTO devices (key) VALUES (\(legacy.deviceKey))") }
             await database.pool.close()
             let again = try await api.send("PUT", "/v1/device", device: legacy, json: #"{"model": "old"}"#)
             #expect(again.status == 200 && again.json?["model"] as? String == "old")

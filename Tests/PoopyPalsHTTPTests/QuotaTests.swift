@@ -22,7 +22,7 @@ struct QuotaTests {
         try await db.withConnection { conn in
             try conn.transaction { conn in
                 try conn.query("SELECT set_config('app.device_id', \(device.deviceKey.uuidString), true)")
-                let row = try conn.query("SELECT log_count, tombstone_count FROM devices WHERE id = \(device.deviceKey)")[0]
+                let row = try conn.query("SELECT log_count, tombstone_count FROM devices WHERE key = \(device.deviceKey)")[0]
                 return (try row.decode("log_count", as: Int.self), try row.decode("tombstone_count", as: Int.self))
             }
         }

@@ -162,17 +162,17 @@ extension TestDatabase {
         return task
     }
 
-    /// Seeds `count` logs for the registered device with key `deviceKey` in one statement: `occurred_at`
+    /// Seeds `count` logs for the registered device with key `deviceKey` in one statement (past any quota): `occurred_at`
     /// 2020-01-01 + n minutes, change numbers 1…count (the device's counter set to `count`), with a note each when
     /// `notes`. Seeding only: the change trigger, which would renumber the device row once per log, is off for it.
     public func seedLogs(deviceKey: UUID, count: Int, notes: Bool = false) async throws {
         try await withConnection { conn in
             try conn.transaction { conn in
-                try conn.query("SELECT set_config('app.device_id', \(deviceKey.uuidString), true)")
+                try conn.query("SELECT set_config('app.device_id', \(deviceKey.uuidString), true), set_config('poopypals.max_logs_per_device', '100000000', true)")
                 try conn.executeScript("ALTER TABLE poop_logs DISABLE TRIGGER poop_logs_track_change_write")
                 try conn.query("""
                     INSERT INTO poop_logs (device_id, occurred_at, bristol_type, notes, change_seq)
-                    SELECT \(deviceKey), timestamptz '2020-01-01' + n * interval '1 minute', 1 + n % 7,
+                    SELECT get_current_device_id(), timestamptz '2020-01-01' + n * interval '1 minute', 1 + n % 7,
                            CASE WHEN \(notes) THEN 'a note of ordinary length, number ' || n END, n
                     FROM generate_series(1, \(count)) AS n
                     """)

@@ -13,6 +13,8 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
     case deviceIDInUse
     /// The device is linked to another subject's profile: it is not moved to this one (sql/0016).
     case deviceLinkedToAnotherProfile
+    /// The device id's erasure has begun and not yet ended: it cannot be registered again until then (sql/0021).
+    case deviceBeingErased
 
     public var description: String {
         switch self {
@@ -22,6 +24,7 @@ public enum RepositoryError: Error, Sendable, Equatable, CustomStringConvertible
         case .weakDeviceID: return "a new device id must be a random (version 4) UUID"
         case .deviceIDInUse: return "the new device id is already registered"
         case .deviceLinkedToAnotherProfile: return "this device is linked to another account's profile"
+        case .deviceBeingErased: return "this device id is being erased"
         }
     }
 }

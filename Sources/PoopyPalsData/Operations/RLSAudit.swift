@@ -31,12 +31,14 @@ public struct RLSAudit: Sendable {
         public let check: String?
     }
 
-    /// The device key of a row, compared with the transaction's device.
-    static let currentDevice = "( SELECT get_current_device_id() AS get_current_device_id)"
+    /// The device of a row, compared with the transaction's device (its stable id, found by its key: sql/0021).
+    public static let currentDevice = "( SELECT get_current_device_id() AS get_current_device_id)"
+    /// A device row, found by the transaction's key, while it is not being erased.
+    public static let ownDeviceRow = "((key = ( SELECT get_current_device_key() AS get_current_device_key)) AND (erasing_since IS NULL))"
 
-    /// The four policies of a table keyed on `column` (`device_id`, or `id` for `devices`), for every role.
-    public static func devicePolicies(column: String) -> [ExpectedPolicy] {
-        let own = "(\(column) = \(currentDevice))"
+    /// The four policies of a table whose rows belong to a device, for every role: `own` is `device_id` compared with
+    /// the current device (`devices` itself: `ownDeviceRow`).
+    public static func devicePolicies(own: String = "(device_id = \(currentDevice))") -> [ExpectedPolicy] {
         return [
             ExpectedPolicy(name: "Devices can read own data", command: "r", roles: [], using: own, check: nil),
             ExpectedPolicy(name: "Devices can insert own data", command: "a", roles: [], using: nil, check: own),
@@ -53,6 +55,16 @@ public struct RLSAudit: Sendable {
             ExpectedPolicy(name: "Profiles can read devices", command: "r", roles: [Database.profilesRole], using: profiles, check: nil),
             ExpectedPolicy(name: "Profiles can move devices", command: "w", roles: [Database.profilesRole], using: profiles, check: profiles),
             ExpectedPolicy(name: "Profiles can erase devices", command: "d", roles: [Database.profilesRole], using: profiles, check: nil),
+        ]
+    }()
+
+    /// `poop_logs` beyond its four device policies (sql/0021): the profile role deletes the logs of a device being
+    /// erased, and sees no other.
+    public static let logProfilePolicies: [ExpectedPolicy] = {
+        let erasing = "((CURRENT_USER = '\(Database.profilesRole)'::name) AND (device_id IN ( SELECT d.id FROM devices d WHERE (d.erasing_since IS NOT NULL))))"
+        return [
+            ExpectedPolicy(name: "Profiles can read logs of erased devices", command: "r", roles: [Database.profilesRole], using: erasing, check: nil),
+            ExpectedPolicy(name: "Profiles can erase logs of erased devices", command: "d", roles: [Database.profilesRole], using: erasing, check: nil),
         ]
     }()
 
@@ -100,7 +112,7 @@ public struct RLSAudit: Sendable {
 
         let tables = try connection.query("""
             SELECT c.oid::regclass::text AS name, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner) AS owner,
-                   c.relname = 'devices' AS keyed_by_id, c.relname = 'users' AS is_users
+                   c.relname = 'devices' AS keyed_by_id, c.relname = 'users' AS is_users, c.relname = 'poop_logs' AS is_logs
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
               AND pg_table_is_visible(c.oid)
@@ -119,8 +131,9 @@ public struct RLSAudit: Sendable {
             record("\(name): not owned by \(serviceRole)", try table.decode("owner", as: String.self) == serviceRole
                    ? "owned by the service role, which therefore bypasses unforced policies" : nil)
             let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies
-                : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(column: "id") + Self.deviceProfilePolicies
-                : Self.devicePolicies(column: "device_id")
+                : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(own: Self.ownDeviceRow) + Self.deviceProfilePolicies
+                : try table.decode("is_logs", as: Bool.self) ? Self.devicePolicies() + Self.logProfilePolicies
+                : Self.devicePolicies()
             let policies = try connection.query("""
                 SELECT polname, polcmd::text AS command, polpermissive,
                        pg_get_expr(polqual, polrelid) AS using_expression, pg_get_expr(polwithcheck, polrelid) AS check_expression,

@@ -32,25 +32,27 @@ public struct DeviceRepository: Sendable {
             let rows = if strong {
                 // The bucket's settings come first, from the SELECT's own FROM: the AFTER INSERT trigger reads them.
                 try tx.finalQuery("""
-                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator)
+                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator)
                     SELECT \(device.key), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator)
                     FROM (SELECT set_config('poopypals.client_network', \(network ?? ""), true),
                                  set_config('poopypals.registration_burst', \(burst), true),
                                  set_config('poopypals.registration_rate', \(rate), true)) AS registration
-                    ON CONFLICT (id) DO UPDATE SET
+                    ON CONFLICT (key) DO UPDATE SET
                         model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version,
                         build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now()
+                    WHERE devices.erasing_since IS NULL
                     RETURNING \(unescaped: Device.columns), (xmax = 0) AS inserted
                     """)
             } else {
                 try tx.finalQuery("""
                     UPDATE devices SET model = \(info.model), os_version = \(info.osVersion), app_version = \(info.appVersion),
                         build_number = \(info.buildNumber), is_simulator = \(info.isSimulator), last_seen_at = now()
-                    WHERE id = \(device.key)
+                    WHERE key = \(device.key)
                     RETURNING \(unescaped: Device.columns), false AS inserted
                     """)
             }
-            guard let row = rows.first else { throw RepositoryError.weakDeviceID }
+            // Nothing inserted or updated: a weak id that is not registered, or a strong one whose erasure is under way.
+            guard let row = rows.first else { throw strong ? RepositoryError.deviceBeingErased : RepositoryError.weakDeviceID }
             return Registration(device: try Device(row: row, id: device), created: try row.decode("inserted"))
         }
     }
@@ -58,7 +60,7 @@ public struct DeviceRepository: Sendable {
     /// The calling device's row, or nil before it registered.
     public func current(as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> Device? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(device.key)").first.map { try Device(row: $0, id: device) }
+            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE key = \(device.key)").first.map { try Device(row: $0, id: device) }
         }
     }
 
@@ -82,22 +84,35 @@ public struct DeviceRepository: Sendable {
         }
     }
 
-    /// What `erase(as:)` deleted.
+    /// What one `erase(as:)` call did.
     public struct Erasure: Sendable, Equatable {
+        /// Logs this call deleted.
         public let logs: Int64
         /// True when the device's profile was deleted too (no other device linked to it).
         public let profileErased: Bool
+        /// Logs still to delete (`PendingErasures` does it in the background); 0 when the device is gone.
+        public let logsRemaining: Int64
     }
 
-    /// Deletes the calling device, its logs, tombstones and sync history, in one transaction (sql/0017), and its
-    /// profile when `subject` (proved by the caller's token) is the profile's and no other device links to it;
-    /// without it the profile stays, for its owner to erase. Nil when the device is not registered.
+    /// Logs deleted per transaction of an erasure: small enough for the request's time limit on this machine's
+    /// slowest run (`LargeDeviceTests` prints the rate), large enough that a million logs take a few hundred batches.
+    public static let erasureBatch = 5_000
+
+    /// Erases the calling device (sql/0021). The first call stops it at once: from then on its id is an unknown
+    /// device to every other call, and cannot be registered again until the erasure ends. Its profile is unlinked, and
+    /// erased when `subject` (proved by the caller's token) is the profile's and no other device links to it; without
+    /// it the profile stays, for its owner to erase. Each call deletes up to `batch` logs; the device row, tombstones
+    /// and sync history go with the last of them. What remains is erased by `PendingErasures` (or a later call,
+    /// which also reports progress). Nil when the device is not registered and no erasure of it is under way.
     /// - Throws: `PostgresError`.
-    public func erase(as device: DeviceID, subject: UUID? = nil) async throws -> Erasure? {
+    public func erase(as device: DeviceID, subject: UUID? = nil, batch: Int = DeviceRepository.erasureBatch) async throws -> Erasure? {
         try await database.asDevice(device, idempotent: true) { tx in
-            let row = try tx.finalQuery("SELECT erased, logs, profile_erased FROM poopypals_erase_device(\(subject))")[0]
+            let row = try tx.finalQuery("""
+                SELECT erased, logs, profile_erased, logs_remaining FROM poopypals_erase_device(\(subject), \(max(1, batch)))
+                """)[0]
             guard try row.decode("erased", as: Bool.self) else { return nil }
-            return Erasure(logs: try row.decode("logs"), profileErased: try row.decode("profile_erased"))
+            return Erasure(logs: try row.decode("logs"), profileErased: try row.decode("profile_erased"),
+                           logsRemaining: try row.decode("logs_remaining"))
         }
     }
 }

@@ -93,16 +93,17 @@ public struct PoopLogRepository: Sendable {
     /// interpolated, it was 12 appends and 7 placeholders a request (7 k instructions); its values are bound as
     /// `$1` to `$5` (id, device key, occurred at, Bristol type, notes), the id and key used twice.
     static let createStatement = """
-        WITH inserted AS (
+        WITH device AS (SELECT d.id FROM devices d WHERE d.key = $2),
+        inserted AS (
             INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-            VALUES ($1, $2, $3, $4, $5)
+            VALUES ($1, (SELECT id FROM device), $3, $4, $5)
             ON CONFLICT (device_id, id) DO NOTHING
             RETURNING \(PoopLog.columns)
         )
         SELECT *, true AS created FROM inserted
         UNION ALL
         SELECT \(PoopLog.columns), false FROM poop_logs
-        WHERE device_id = $2 AND id = $1 AND NOT EXISTS (SELECT FROM inserted)
+        WHERE device_id = (SELECT id FROM device) AND id = $1 AND NOT EXISTS (SELECT FROM inserted)
         """
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
@@ -125,11 +126,11 @@ public struct PoopLogRepository: Sendable {
 
     static func makeListStatements(rows: Int) -> (rows: Int, first: String, after: String) {
         (rows, """
-            SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1
+            SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = $1)
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
             """, """
             SELECT \(PoopLog.columns) FROM poop_logs
-            WHERE device_id = $1 AND (occurred_at, id) < ($2, $3)
+            WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = $1) AND (occurred_at, id) < ($2, $3)
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
             """)
     }
@@ -143,7 +144,7 @@ public struct PoopLogRepository: Sendable {
     }
 
     static func getQuery(_ id: UUID, as device: DeviceID) -> PostgresQuery {
-        let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)"
+        let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)"
         return query.withBinaryResults()
     }
 
@@ -179,7 +180,7 @@ public struct PoopLogRepository: Sendable {
                     bristol_type = COALESCE(\(patch.bristolType)::smallint, bristol_type),
                     notes = CASE WHEN \(patch.notes != nil)::boolean THEN \(notes)::text ELSE notes END,
                     updated_at = now()
-                WHERE device_id = \(device.key) AND id = \(id)
+                WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)
                 RETURNING \(unescaped: PoopLog.columns)
                 """).first.map(PoopLog.init(row:))
         }
@@ -188,7 +189,7 @@ public struct PoopLogRepository: Sendable {
     /// Deletes the log; false when it does not exist or belongs to another device.
     public func delete(_ id: UUID, as device: DeviceID) async throws -> Bool {
         try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = \(device.key) AND id = \(id)").rowsAffected == 1
+            try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)").rowsAffected == 1
         }
     }
 

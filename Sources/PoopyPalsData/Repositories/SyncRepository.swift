@@ -108,14 +108,14 @@ public struct SyncRepository: Sendable {
 
     static func makePullStatement(rows: Int) -> String {
         """
-        WITH device AS (SELECT purged_through_seq FROM devices WHERE id = $1),
+        WITH device AS (SELECT id, purged_through_seq FROM devices WHERE key = $1),
         changes AS (
             (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
                     l.created_at, l.updated_at, l.change_seq AS version
-             FROM poop_logs l WHERE l.device_id = $1 AND l.change_seq > $2 ORDER BY l.change_seq LIMIT \(rows))
+             FROM poop_logs l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > $2 ORDER BY l.change_seq LIMIT \(rows))
             UNION ALL
             (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
-             FROM poop_log_tombstones t WHERE t.device_id = $1 AND t.change_seq > $2
+             FROM poop_log_tombstones t WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > $2
              ORDER BY t.change_seq LIMIT \(rows))
             ORDER BY 2 LIMIT \(rows)
         )
@@ -176,17 +176,17 @@ public struct SyncRepository: Sendable {
     private static func apply(_ operation: SyncOperation, index: Int, in tx: DeviceTransaction) throws -> SyncResult {
         switch operation {
         case .delete(let id):
-            return try tx.execute("DELETE FROM poop_logs WHERE device_id = \(tx.device.key) AND id = \(id)") == 1 ? .deleted : .notFound
+            return try tx.execute("DELETE FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id)") == 1 ? .deleted : .notFound
         case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
             // Locked, so that the comparison and the write see the same row.
-            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(tx.device.key) AND id = \(id) FOR UPDATE"
+            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id) FOR UPDATE"
             let current: PoopLog
             if let locked = try tx.query(select).first.map(PoopLog.init(row:)) {
                 current = locked
             } else {
                 let inserted = try tx.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-                    VALUES (\(id), \(tx.device.key), \(occurredAt), \(bristolType), \(notes))
+                    VALUES (\(id), (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)), \(occurredAt), \(bristolType), \(notes))
                     ON CONFLICT (device_id, id) DO NOTHING RETURNING id
                     """)
                 if !inserted.isEmpty {
@@ -206,7 +206,7 @@ public struct SyncRepository: Sendable {
             if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
             try tx.execute("""
                 UPDATE poop_logs SET occurred_at = \(occurredAt), bristol_type = \(bristolType), notes = \(notes), updated_at = now()
-                WHERE device_id = \(tx.device.key) AND id = \(id)
+                WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id)
                 """)
             return .updated
         }

@@ -76,7 +76,7 @@ public struct UserRepository: Sendable {
     ) async throws -> (profile: Profile, device: Device) {
         try await transaction(as: device, ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)) { tx, input, requestID in
             let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
-            guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(tx.device.key)").first else {
+            guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE key = \(tx.device.key)").first else {
                 throw RepositoryError.deviceNotRegistered
             }
             return (profile, try Device(row: row, id: tx.device))
@@ -106,7 +106,7 @@ public struct UserRepository: Sendable {
         try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
             try tx.finalQuery("""
                 SELECT \(unescaped: User.columns) FROM users
-                WHERE id = \(id) AND id = (SELECT d.user_id FROM devices d WHERE d.id = \(tx.device.key))
+                WHERE id = \(id) AND id = (SELECT d.user_id FROM devices d WHERE d.key = \(tx.device.key))
                 """).first.map(User.init(row:))
         }
     }

@@ -49,10 +49,13 @@ struct DataRightsController: Sendable {
     @Sendable func erase(_ request: Request, context: APIContext) async throws -> Response {
         let device = try context.device()
         let subject = try await optionalSubject(request)
-        guard try await devices.erase(as: device, subject: subject) != nil else {
+        guard let erasure = try await devices.erase(as: device, subject: subject) else {
             throw APIError(.notFound, "not_found", "this device is not registered (or was already erased)")
         }
-        return Response(status: .noContent)
+        guard erasure.logsRemaining > 0 else { return Response(status: .noContent) }
+        // Under way: the id already works for nothing else; the rest goes in the background, and the same
+        // DELETE reports progress (404 once it is over).
+        return try JSONResponse.make(.accepted, writing: ErasureProgressBody(logsRemaining: erasure.logsRemaining))
     }
 
     /// `{"device": …, "profile": …, "logs": [… oldest first …]}`. The transaction reads it into a spool (memory,
