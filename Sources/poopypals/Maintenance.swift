@@ -5,11 +5,13 @@ import PostgresClient
 
 struct Maintenance: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Routine upkeep for a cron job: purge sync tombstones past their retention.",
+        abstract: "Routine upkeep for a cron job: purge sync tombstones past their retention, finish device erasures.",
         discussion: """
             Tombstones (deleted logs, kept so that phones learn of the delete) older than --tombstone-days \
             (default $POOPYPALS_TOMBSTONE_DAYS, else 90) are deleted; a phone whose cursor is older then gets \
-            410 and pulls from the beginning. Exit status: 0 done; 2 failed (nothing was changed).
+            410 and pulls from the beginning. Then device erasures under way (DELETE /v1/device of a large \
+            device; the service finishes them too) are finished, 5 000 logs per transaction, for at most 30 \
+            minutes. Exit status: 0 done; 2 failed (the purge changed nothing; finished batches of erasures stay done).
             """)
 
     @OptionGroup var connection: ConnectionOptions
@@ -38,5 +40,19 @@ struct Maintenance: ParsableCommand {
         }
         print("Purged \(report.tombstonesPurged) tombstone\(report.tombstonesPurged == 1 ? "" : "s") older than \(days) days "
               + "on \(report.devicesAffected) device\(report.devicesAffected == 1 ? "" : "s").")
+        var erased = PendingErasures.Progress(devicesErasing: 0, logsErased: 0, batches: 0)
+        let deadline = ContinuousClock.now + .seconds(30 * 60)
+        do {
+            repeat {
+                let step = try PendingErasures.step(on: connection)
+                erased.devicesErasing = step.devicesErasing
+                erased.logsErased += step.logsErased
+                erased.batches += 1
+            } while erased.devicesErasing > 0 && erased.batches < 100_000 && ContinuousClock.now < deadline
+        } catch {
+            throw CommandFailure("finishing device erasures failed after \(erased.logsErased) logs: \(error)", status: .checkFailed)
+        }
+        print("Erasures: \(erased.logsErased) log\(erased.logsErased == 1 ? "" : "s") deleted; "
+              + "\(erased.devicesErasing) device\(erased.devicesErasing == 1 ? "" : "s") still being erased.")
     }
 }

@@ -70,4 +70,77 @@ struct LargeDeviceTests {
             await database.pool.close()
         }
     }
+
+    /// sql/0020 and 0021 on a database in use: no log is rewritten (a device's logs keep pointing at the same
+    /// value, now its stable id), the phone keeps its id and its sync cursor, and rotating afterwards moves nothing.
+    @Test func theMigrationToStableIDsRewritesNoLogAndKeepsEveryCursor() async throws {
+        try await TestDatabase.with { db in
+            let files = try MigrationFile.load(directory: TestProject.migrationsDirectory)
+            let options = { var options = Migrator.Options(); options.target = 19; return options }()
+            try await db.withConnection { _ = try Migrator(files: files, options: options).migrate(on: $0) }
+            let device = try DeviceID(UUID())
+            let (kept, deleted, later) = (UUID(), UUID(), UUID())
+            let old = Database(pool: db.pool(size: 1))
+            // What the service did at version 19: the device's id was its key.
+            let cursor = try await old.asDevice(device) { tx in
+                try tx.query("INSERT INTO devices (id, model) VALUES (\(device.key), 'old phone')")
+                for log in [kept, deleted] {
+                    try tx.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(log), \(device.key), now(), 4)")
+                }
+                try tx.query("DELETE FROM poop_logs WHERE id = \(deleted)")
+                return try tx.finalQuery("SELECT change_seq FROM devices")[0].decode(0, as: Int64.self)
+            }
+            await old.pool.close()
+            let versions = { @Sendable () async throws -> [String] in
+                try await Superuser.column("SELECT xmin::text || ' ' || ctid::text FROM poop_logs ORDER BY id", in: db.name)
+            }
+            let before = try await versions()
+            try await db.withConnection { _ = try Migrator(files: files).migrate(on: $0) }
+            #expect(try await versions() == before)
+
+            let database = Database(pool: db.pool(size: 2))
+            let sync = SyncRepository(database: database)
+            let upToDate = SyncCursor(sequence: cursor).encoded
+            #expect(try await DeviceRepository(database: database).current(as: device)?.info.model == "old phone")
+            #expect(try await sync.pull(cursor: upToDate, limit: 10, as: device).changes.isEmpty)
+            let rotated = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).rotate(as: device, to: rotated)
+            #expect(try await versions() == before)
+            #expect(try await sync.pull(cursor: upToDate, limit: 10, as: rotated).changes.isEmpty)
+            _ = try await PoopLogRepository(database: database).create(NewPoopLog(id: later, occurredAt: Date(), bristolType: 3), as: rotated)
+            func described(_ changes: [SyncChange]) -> [String] {
+                changes.map { change in
+                    switch change {
+                    case .upsert(let log): "upsert \(log.id)"
+                    case .delete(let id): "delete \(id)"
+                    }
+                }
+            }
+            #expect(described(try await sync.pull(cursor: upToDate, limit: 10, as: rotated).changes) == ["upsert \(later)"])
+            let everything = described(try await sync.pull(cursor: nil, limit: 10, as: rotated).changes)
+            #expect(everything == ["upsert \(kept)", "delete \(deleted)", "upsert \(later)"])
+            await database.pool.close()
+        }
+    }
+
+    /// The cron job finishes what an erasure left, as the service does in the background.
+    @Test func maintenanceFinishesErasuresUnderWay() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let (big, small) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            for device in [big, small] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
+            try await db.seedLogs(deviceKey: big.key, count: 12_345)
+            try await db.seedLogs(deviceKey: small.key, count: 10)
+            #expect(try await devices.erase(as: big, batch: 1_000)?.logsRemaining == 11_345)
+            await database.pool.close()
+
+            let run = try await TestProject.run(["maintenance", "--database-url", db.url])
+            #expect(run.status == 0, "\(run.stderr)")
+            #expect(run.stdout.contains("Erasures: 11345 logs deleted; 0 devices still being erased."), "\(run.stdout)")
+            // Only the erased device's logs went.
+            let left = try await Superuser.column("SELECT count(*) FROM poop_logs", in: db.name)
+            #expect(left == ["10"])
+        }
+    }
 }

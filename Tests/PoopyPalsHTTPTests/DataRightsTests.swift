@@ -282,6 +282,56 @@ struct DataRightsTests {
         }
     }
 
+    /// Issue 41, item 4: a device of more logs than one transaction deletes is stopped at once (its id works for
+    /// nothing but following the erasure), answered 202 with what remains, and erased to the end in the background.
+    @Test(needsSuperuser)
+    func aLargeDeviceStopsAtOnceAndIsErasedInTheBackground() async throws {
+        // This instance finishes no erasure in the background (one started below does), so what a request sees
+        // does not depend on when the background runs.
+        try await TestDatabase.withAPI(configure: { $0.erasureInterval = nil }) { api, db in
+            let (device, subject) = (UUID(), UUID())
+            let token = try await api.token(user: subject, email: "large@example.com")
+            try await Self.register(api, device)
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: token, json: #"{"fullName": "Lou"}"#).status == 200)
+            let total = 2 * DeviceRepository.erasureBatch + 1_234
+            try await db.seedLogs(deviceKey: device.deviceKey, count: total)
+
+            let first = try await api.send("DELETE", "/v1/device", device: device, token: token)
+            #expect(first.status == 202, "\(first.text)")
+            let remaining = first.json?["logsRemaining"] as? Int ?? 0
+            #expect(remaining > 0 && remaining <= total - DeviceRepository.erasureBatch)
+            // Stopped at once: an unknown device to every route, its profile gone with the owner's token.
+            #expect(try await api.send("GET", "/v1/device", device: device).status == 404)
+            #expect(try await Self.logIDs(api, device).isEmpty)
+            #expect(try await api.send("GET", "/v1/profile", device: device, token: token).status != 200)
+            let again = try await api.send("PUT", "/v1/device", device: device, json: #"{"model": "phone"}"#)
+            #expect(again.status == 409 && again.errorCode == "device_being_erased", "\(again.text)")
+
+            // The same DELETE reports progress (and deletes a batch itself).
+            let progress = try await api.send("DELETE", "/v1/device", device: device)
+            #expect(progress.status == 202 && (progress.json?["logsRemaining"] as? Int ?? 0) < remaining, "\(progress.text)")
+            // The rest goes in the background, with no request asking for it.
+            let background = try await LiveAPI.start(db.configuration) { $0.erasureInterval = .milliseconds(200) }
+            let deadline = ContinuousClock.now + .seconds(90)
+            var left = ["-1"]
+            do {
+                while left != ["0"], ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(500))
+                    left = try await Superuser.column("""
+                        SELECT (SELECT count(*) FROM poop_logs) + (SELECT count(*) FROM devices) + (SELECT count(*) FROM users)
+                        """, in: db.name)
+                }
+            } catch {
+                await background.stop()
+                throw error
+            }
+            await background.stop()
+            #expect(left == ["0"])
+            #expect(try await api.send("DELETE", "/v1/device", device: device).status == 404)
+            try await Self.register(api, device)
+        }
+    }
+
     @Test func operatorsEraseByEmailWithADryRunFirst() async throws {
         try await TestDatabase.withAPI { api, db in
             let (first, second, bystander) = (UUID(), UUID(), UUID())

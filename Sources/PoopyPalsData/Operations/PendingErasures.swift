@@ -11,6 +11,10 @@ public struct PendingErasures: Sendable {
         public var logsErased: Int64
         /// Transactions run.
         public var batches: Int
+
+        public init(devicesErasing: Int64 = 0, logsErased: Int64 = 0, batches: Int = 0) {
+            (self.devicesErasing, self.logsErased, self.batches) = (devicesErasing, logsErased, batches)
+        }
     }
 
     let database: Database
@@ -25,11 +29,19 @@ public struct PendingErasures: Sendable {
     /// - Throws: `PostgresError`; `TransactionError`.
     public func step() async throws -> Progress {
         let batch = batch
-        return try await database.asSystem(idempotent: true) { conn in
-            try conn.query("SELECT set_config('role', \(Database.serviceRole), true), set_config('statement_timeout', '60s', true)")
-            let row = try conn.query("SELECT erasing, logs FROM poopypals_erase_pending(\(batch))")[0]
-            return Progress(devicesErasing: try row.decode("erasing"), logsErased: try row.decode("logs"), batches: 1)
-        }
+        return try await database.asSystem(idempotent: true) { conn in try Self.batch(of: batch, in: conn) }
+    }
+
+    /// One batch on `connection` (its own transaction), for the tools: `poopypals maintenance`.
+    /// - Throws: `PostgresError`; `TransactionError`.
+    public static func step(on connection: Connection, batch: Int = DeviceRepository.erasureBatch) throws -> Progress {
+        try connection.transaction { conn in try Self.batch(of: max(1, batch), in: conn) }
+    }
+
+    private static func batch(of size: Int, in conn: Connection) throws -> Progress {
+        try conn.query("SELECT set_config('role', \(Database.serviceRole), true), set_config('statement_timeout', '60s', true)")
+        let row = try conn.query("SELECT erasing, logs FROM poopypals_erase_pending(\(size))")[0]
+        return Progress(devicesErasing: try row.decode("erasing"), logsErased: try row.decode("logs"), batches: 1)
     }
 
     /// Batches until no erasure is left, `maxBatches` have run, or `deadline` has passed, whichever comes first,

@@ -47,6 +47,8 @@ public struct APIConfiguration: Sendable {
     public var trustedProxies: [String] = []
     /// Exports prepared or streamed at once, one per device (`POOPYPALS_MAX_EXPORTS`); beyond it 429 `export_busy`.
     public var maxExports = 4
+    /// How often the background looks for device erasures to finish (`ErasureWorker`); nil: never (tests).
+    public var erasureInterval: Duration? = .seconds(5)
     public var database: ConnectionConfiguration
     /// Standbys for read-only requests (`POOPYPALS_READ_DATABASE_URL`); nil: everything on `database`.
     public var readDatabase: ConnectionConfiguration?

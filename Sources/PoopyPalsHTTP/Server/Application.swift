@@ -64,8 +64,9 @@ func buildApplication(
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
-        services: [PoolShutdown(pools: pools, logger: logger), metrics,
-                   ErasureWorker(erasures: PendingErasures(database: database), interval: .seconds(5), logger: logger)],
+        services: [PoolShutdown(pools: pools, logger: logger), metrics]
+            + (configuration.erasureInterval.map { interval in
+                [ErasureWorker(erasures: PendingErasures(database: database), interval: interval, logger: logger)] } ?? []),
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
 }

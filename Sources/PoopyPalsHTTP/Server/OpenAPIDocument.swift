@@ -44,6 +44,7 @@ paths:
         '201': { description: Created, headers: { Consistency-Token: { $ref: '#/components/headers/ConsistencyToken' } }, content: { application/json: { schema: { $ref: '#/components/schemas/Device' } } } }
         '400': { $ref: '#/components/responses/BadRequest' }
         '401': { $ref: '#/components/responses/Unauthorized' }
+        '409': { $ref: '#/components/responses/Conflict' }
         '413': { $ref: '#/components/responses/TooLarge' }
         '415': { $ref: '#/components/responses/UnsupportedMediaType' }
         '429': { $ref: '#/components/responses/TooManyRequests' }
@@ -65,16 +66,31 @@ paths:
     delete:
       summary: Erase the calling device, all its logs and sync history, and with its owner's token its profile when no other device links to it
       description: |
-        One transaction; afterwards no row refers to the device (or to the profile, when it was erased). A repeat
-        answers 404. The profile is erased only with a bearer token of its subject (the device id alone does not
-        erase a person's account); without one the device is unlinked and the profile stays, for its owner to
-        erase. A token sent must be valid (401 otherwise). App Store guideline 5.1.1(v), GDPR Art. 17.
+        The device stops at once: from this call on its id is an unknown device to every other route, and cannot be
+        registered again (409 `device_being_erased`) until the erasure is over. Up to 5 000 logs are deleted in the
+        call's transaction; a device with more answers 202 with the number left, and the service deletes the rest
+        in the background, 5 000 per transaction (a million logs take well under a minute). The same call
+        again answers 202 with the progress while it runs, and 404 once nothing of the device is left (no row
+        refers to it, nor to the profile when that was erased). The profile is erased only with a bearer token of
+        its subject (the device id alone does not erase a person's account); without one the device is unlinked and
+        the profile stays, for its owner to erase. A token sent must be valid (401 otherwise). App Store guideline
+        5.1.1(v), GDPR Art. 17.
       operationId: eraseDevice
       security: [{}, { bearerAuth: [] }]
       parameters:
         - $ref: '#/components/parameters/DeviceID'
         - $ref: '#/components/parameters/RequestID'
       responses:
+        '202':
+          description: Under way; the logs left are deleted in the background
+          content:
+            application/json:
+              schema:
+                type: object
+                additionalProperties: false
+                required: [logsRemaining]
+                properties:
+                  logsRemaining: { type: integer, format: int64, minimum: 1, description: Logs still to delete (about) }
         '204': { description: Erased }
         '401': { $ref: '#/components/responses/Unauthorized' }
         '404': { $ref: '#/components/responses/NotFound' }
@@ -87,7 +103,9 @@ paths:
         The phone makes and stores the new id (a random version-4 UUID) before calling, so a lost response is
         recovered by using the new id. In one transaction the device, its logs, its profile link and its sync
         state (cursors stay valid) move to the new id; afterwards the old id is an unknown device. A write made
-        with the old id at the same time either lands before the rotation (and moves with it) or is refused.
+        with the old id at the same time either lands before the rotation (and moves with it) or is refused. It
+        changes one row whatever the device holds (the key the database finds the device by, not its logs), so
+        it answers as fast for a device of a million logs as for an empty one.
       operationId: rotateDevice
       parameters:
         - $ref: '#/components/parameters/DeviceID'
@@ -585,7 +603,8 @@ components:
         (`device_not_registered`), a rotation to a device id that is already registered (`device_id_in_use`), a
         profile write from a device linked to another subject's profile (`device_linked_to_another_profile`: a
         device is never moved to another account; register a new device id for it), or
-        a write that would take the device past its quota (`quota_exceeded`: live logs, POOPYPALS_MAX_LOGS_PER_DEVICE,
+        a registration of a device id whose erasure is under way (`device_being_erased`: DELETE /v1/device answers
+        404 once it is over), or a write that would take the device past its quota (`quota_exceeded`: live logs, POOPYPALS_MAX_LOGS_PER_DEVICE,
         default 100 000; deleted logs awaiting purge, POOPYPALS_MAX_TOMBSTONES_PER_DEVICE, default 20 000); nothing
         of the request was stored
       headers: { X-Request-ID: { $ref: '#/components/headers/RequestID' } }
