@@ -27,7 +27,7 @@ enum Scaling {
                     'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
                 """)
             try conn.execute("""
-                INSERT INTO devices (id, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
+                INSERT INTO devices (key, user_id, model) SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid),
                     ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
                 ON CONFLICT DO NOTHING
                 """)
@@ -59,7 +59,7 @@ enum Scaling {
                     """)
                 try conn.execute("""
                     INSERT INTO poop_logs (device_id, occurred_at, bristol_type, change_seq)
-                    SELECT poopypals_device_key(('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid),
+                    SELECT (SELECT d.id FROM devices d WHERE d.key = poopypals_device_key(('00000000-0000-4000-8000-' || lpad((1 + n % \(devices))::text, 12, '0'))::uuid)),
                            now() - (n || ' seconds')::interval, 1 + n % 7, 1 + n / \(devices)
                     FROM generate_series(1, \(rows)) AS n
                     """)
@@ -80,6 +80,7 @@ enum Scaling {
         try await database.asDevice(Scenario.device(1)) { tx in
             try tx.finalQuery("""
                 EXPLAIN (COSTS OFF) SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs
+                WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(Scenario.device(1).key))
                 ORDER BY occurred_at DESC, id DESC LIMIT 21
                 """).map { try $0.decode(0, as: String.self) }.joined(separator: "\n")
         }

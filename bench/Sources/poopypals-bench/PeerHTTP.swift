@@ -50,6 +50,7 @@ enum HTTPPeer {
                 try await peer.context(conn, key: device.uuidString.lowercased())
                 let rows = try await conn.query("""
                     SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs \
+                    WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device)) \
                     ORDER BY occurred_at DESC, id DESC LIMIT \(limit + 1)
                     """, logger: logger)
                 var logs: [Log] = []
@@ -77,7 +78,8 @@ enum HTTPPeer {
                 try await peer.context(conn, key: device.uuidString.lowercased())
                 let rows = try await conn.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) \
-                    VALUES (\(id), \(device), \(new.occurredAt), \(Int16(new.bristolType)), \(new.notes)) ON CONFLICT (id) DO NOTHING \
+                    VALUES (\(id), (SELECT d.id FROM devices d WHERE d.key = \(device)), \(new.occurredAt), \(Int16(new.bristolType)), \(new.notes)) \
+                    ON CONFLICT (device_id, id) DO NOTHING \
                     RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version
                     """, logger: logger)
                 for try await (id, occurred, bristol, notes, created, updated, version)

@@ -39,40 +39,44 @@ struct NIOPeer: Sendable {
             let rows: PostgresRowSequence
             switch scenario {
             case "list 20 newest logs":
-                rows = try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21", logger: logger)
+                rows = try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(key)) ORDER BY occurred_at DESC, id DESC LIMIT 21", logger: logger)
             case "ensureProfile (existing user)":
                 rows = try await conn.query("SELECT * FROM poopypals_ensure_profile(\(user), \(email), false, NULL, false, NULL)", logger: logger)
             case "register existing device":
                 rows = try await conn.query("""
-                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) \
-                    VALUES (\(key), \("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false) ON CONFLICT (id) DO UPDATE SET \
+                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator) \
+                    VALUES (\(key), \("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false) ON CONFLICT (key) DO UPDATE SET \
                     model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, \
                     build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() \
+                    WHERE devices.erasing_since IS NULL \
                     RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted
                     """, logger: logger)
             case "create log":
                 let id = UUID()
                 rows = try await conn.query("""
-                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) \
-                    VALUES (\(id), \(key), \(Date()), 4, NULL) ON CONFLICT (id) DO NOTHING \
+                    WITH device AS (SELECT d.id FROM devices d WHERE d.key = \(key)), \
+                    inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) \
+                    VALUES (\(id), (SELECT id FROM device), \(Date()), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING \
                     RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) \
                     SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, \
-                    updated_at, change_seq AS version, false FROM poop_logs WHERE id = \(id) AND NOT EXISTS (SELECT FROM inserted)
+                    updated_at, change_seq AS version, false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = \(id) \
+                    AND NOT EXISTS (SELECT FROM inserted)
                     """, logger: logger)
             case "sync pull (first page of 20)":
                 let after: Int64 = 0  // bound, as ours is
                 rows = try await conn.query("""
-                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS ((SELECT 'upsert'::text AS op, \
+                    WITH device AS (SELECT id, purged_through_seq FROM devices WHERE key = \(key)), changes AS ((SELECT 'upsert'::text AS op, \
                     l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, \
-                    l.change_seq AS version FROM poop_logs l WHERE l.change_seq > \(after) ORDER BY l.change_seq LIMIT 21) UNION ALL \
+                    l.change_seq AS version FROM poop_logs l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > \(after) \
+                    ORDER BY l.change_seq LIMIT 21) UNION ALL \
                     (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t \
-                    WHERE t.change_seq > \(after) ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) \
+                    WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > \(after) ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) \
                     SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
                     """, logger: logger)
             case "sync push (one new log)":
                 let id = UUID()
-                for try await _ in try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE id = \(id) FOR UPDATE", logger: logger) {}
-                rows = try await conn.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (\(id), \(key), \(Date()), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id", logger: logger)
+                for try await _ in try await conn.query("SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(key)) AND id = \(id) FOR UPDATE", logger: logger) {}
+                rows = try await conn.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (\(id), (SELECT d.id FROM devices d WHERE d.key = \(key)), \(Date()), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id", logger: logger)
             default:
                 throw BenchError("no postgres-nio request for \(scenario)")
             }

@@ -42,6 +42,8 @@ struct Scenario: Sendable {
     /// The key of seeded device n (sql/0010). pgbench cannot hash, so its script derives the key on the server
     /// (`poopypals_device_key`, about a microsecond of server CPU per call), where our client derives it.
     static let pgDevice = "poopypals_device_key(('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))::uuid)"
+    /// The device's stable id, found by its key in the statement itself, as every repository statement does (sql/0021).
+    static let pgDeviceID = "(SELECT d.id FROM devices d WHERE d.key = \(pgDevice))"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
     /// What `DeviceTransaction` sends first (the default time limits: 5 s and 2 s).
     static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice)::text, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
@@ -64,7 +66,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "list 20 newest logs",
                 pgbenchScript: pipelined(devices, """
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs ORDER BY occurred_at DESC, id DESC LIMIT 21;
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) ORDER BY occurred_at DESC, id DESC LIMIT 21;
                     """),
                 ours: { repositories, n in _ = try await repositories.logs.list(limit: 20, as: device(n)) }),
             Scenario(
@@ -76,7 +78,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "register existing device",
                 pgbenchScript: pipelined(devices, """
-                    INSERT INTO devices (id, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (id) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
+                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (key) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() WHERE devices.erasing_since IS NULL RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.devices.register(
@@ -85,7 +87,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "create log",
                 pgbenchScript: pipelined(devices, """
-                    WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version, false FROM poop_logs WHERE id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
+                    WITH device AS (SELECT d.id FROM devices d WHERE d.key = \(pgDevice)), inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), (SELECT id FROM device), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version, false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
@@ -94,7 +96,7 @@ struct Scenario: Sendable {
                 name: "sync pull (first page of 20)",
                 // The cursor is a parameter, as ours is (`:after` becomes `$n` under `-M prepared`).
                 pgbenchScript: "\\set after 0\n" + pipelined(devices, """
-                    WITH device AS (SELECT purged_through_seq FROM devices), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
+                    WITH device AS (SELECT id, purged_through_seq FROM devices WHERE key = \(pgDevice)), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
                     """),
                 ours: { repositories, n in _ = try await repositories.sync.pull(cursor: nil, limit: 20, as: device(n)) }),
             // Push is three round trips by nature (lock and read, then write, then commit): pgbench runs the same
@@ -106,9 +108,9 @@ struct Scenario: Sendable {
                     \\startpipeline
                     BEGIN;
                     \(context)
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE id = gen_random_uuid() FOR UPDATE;
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) AND id = gen_random_uuid() FOR UPDATE;
                     \\endpipeline
-                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDevice)::uuid, now(), 4, NULL) ON CONFLICT (id) DO NOTHING RETURNING id;
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDeviceID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id;
                     COMMIT;
                     """,
                 ours: { repositories, n in
