@@ -16,7 +16,7 @@ extension Monitor {
     struct DuplicateEmailsCheck: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "duplicate-emails",
-            abstract: "Emails used by more than one user, exactly or after trimming and lower-casing; newest first.")
+            abstract: "Emails used by more than one user, exactly or after trimming and lower-casing; newest first. Also stored emails the current rule refuses.")
 
         @OptionGroup var connection: ConnectionOptions
 
@@ -36,17 +36,20 @@ extension Monitor {
             }
             let connection = try connection.connect()
             let groups: [DuplicateEmails.Group]
+            let refused: [UUID]
             do {
                 groups = try DuplicateEmails.find(on: connection)
+                refused = try DuplicateEmails.refused(on: connection)
             } catch {
                 throw CommandFailure("the duplicate-email check failed: \(error)", status: .checkFailed)
             }
             let shown = groups.map { unredacted ? $0.email : $0.redactedEmail }
             if json {
                 struct Entry: Encodable { let email: String; let users: Int; let kind: String; let newestCreatedAt: Date?; let userIds: [UUID] }
-                struct Document: Encodable { let duplicates: [Entry]; let groups: Int; let affectedUsers: Int }
+                struct Document: Encodable { let duplicates: [Entry]; let groups: Int; let affectedUsers: Int; let refusedEmailUserIds: [UUID] }
                 let entries = zip(groups, shown).map { Entry(email: $1, users: $0.users, kind: $0.kind, newestCreatedAt: $0.newestCreatedAt, userIds: $0.userIDs) }
-                print(try OutputFormat.json(Document(duplicates: entries, groups: groups.count, affectedUsers: groups.reduce(0) { $0 + $1.users })))
+                print(try OutputFormat.json(Document(duplicates: entries, groups: groups.count, affectedUsers: groups.reduce(0) { $0 + $1.users },
+                                                     refusedEmailUserIds: refused)))
             } else if groups.isEmpty {
                 print("No duplicate emails.")
             } else {
@@ -57,7 +60,13 @@ extension Monitor {
                 print(OutputFormat.table(["EMAIL", "USERS", "KIND", "NEWEST (UTC)", "USER IDS"], rows))
                 print("\n\(groups.count) email\(groups.count == 1 ? "" : "s") shared by \(groups.reduce(0) { $0 + $1.users }) users. Repair: poopypals users merge-duplicates --dry-run")
             }
-            if !groups.isEmpty { throw CommandFailure(status: .problem) }
+            if !json && !refused.isEmpty {
+                // Ids only: the addresses are what the person must change, and cron output ends up in logs.
+                print("\n\(refused.count) stored email\(refused.count == 1 ? " is" : "s are") refused by the current rule (no canonical "
+                      + "form, so no merge can rewrite \(refused.count == 1 ? "it" : "them"); ask for another address, or erase on request). "
+                      + "User ids, newest first: \(refused.map { $0.uuidString.lowercased() }.joined(separator: " "))")
+            }
+            if !groups.isEmpty || !refused.isEmpty { throw CommandFailure(status: .problem) }
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 @testable import PoopyPalsData
+import PostgresClient
 import Testing
 import TestSupport
 
@@ -47,7 +48,7 @@ struct CanonicalEmailTests {
         try await TestDatabase.withMigrated { db in
             try await db.withConnection { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                     var seen: Set<[UInt8]> = []
                     for input in inputs {
                         let email = try Email(input).normalized
@@ -86,6 +87,31 @@ struct CanonicalEmailTests {
     func invisibleControlAndInvalidCharactersAreRefused(_ raw: String) {
         let error = #expect(throws: InvalidField.self) { try Email(raw) }
         #expect(error?.field == "email")
+    }
+
+    /// Stored emails the current rule refuses outright have no canonical form for a merge to rewrite them to: the
+    /// monitor names their users (ids only), and fails, so that someone asks those people for another address.
+    @Test func theMonitorNamesStoredEmailsTheRuleRefuses() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (literal, hyphen, fine) = (UUID(), UUID(), UUID())
+            let clean = try await TestProject.run(["monitor", "duplicate-emails", "--database-url", db.url])
+            #expect(clean.status == 0, "\(clean.stdout) \(clean.stderr)")
+            try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
+                    for (id, email) in [(literal, "a@[127.0.0.1]"), (hyphen, "b@-example.com"), (fine, "c@example.com")] {
+                        try conn.execute("INSERT INTO users (id, email) VALUES (\(id), \(email))")
+                    }
+                }
+            }
+            let report = try await TestProject.run(["monitor", "duplicate-emails", "--database-url", db.url])
+            #expect(report.status == 1)
+            #expect(report.stdout.contains("2 stored emails are refused by the current rule"), "\(report.stdout)")
+            #expect(report.stdout.contains(literal.uuidString.lowercased()) && report.stdout.contains(hyphen.uuidString.lowercased()))
+            #expect(!report.stdout.contains(fine.uuidString.lowercased()) && !report.stdout.contains("127.0.0.1"))
+            let json = try await TestProject.run(["monitor", "duplicate-emails", "--json", "--database-url", db.url])
+            #expect(json.stdout.contains("refusedEmailUserIds"), "\(json.stdout)")
+        }
     }
 
     /// Spot checks against CaseFolding.txt (full folding, status C + F).

@@ -71,7 +71,7 @@ struct DeviceIsolationTests {
             let counts = try await database.pool.withConnection { conn in
                 try conn.pipeline([
                     "BEGIN",
-                    "SELECT set_config('role', \(Database.serviceRole), true)",
+                    "SELECT set_config('role', poopypals_service_role(), true)",
                     "SELECT (SELECT count(*) FROM poop_logs)::int, (SELECT count(*) FROM devices)::int, get_current_device_id() IS NULL",
                     "COMMIT",
                 ])[2][0]
@@ -254,9 +254,9 @@ struct DeviceIsolationTests {
                            (SELECT count(*) FROM pg_class c WHERE c.relowner = r.oid)::int AS owned,
                            (SELECT bool_and(relrowsecurity AND relforcerowsecurity) FROM pg_class
                              WHERE relname IN ('devices', 'poop_logs') AND relkind = 'r') AS forced,
-                           has_table_privilege('poopypals_app', 'schema_migrations', 'SELECT') AS sees_history,
-                           pg_has_role(current_user, 'poopypals_app', 'MEMBER') AS can_switch
-                    FROM pg_roles r WHERE r.rolname = 'poopypals_app'
+                           has_table_privilege(r.oid, 'schema_migrations', 'SELECT') AS sees_history,
+                           pg_has_role(current_user, r.oid, 'MEMBER') AS can_switch, r.rolname::text AS name
+                    FROM pg_roles r WHERE r.rolname = poopypals_service_role()
                     """)[0]
             }
             #expect(try facts.decode("rolsuper", as: Bool.self) == false)
@@ -271,7 +271,9 @@ struct DeviceIsolationTests {
             let users = try await database.asDevice(DeviceID(UUID())) { tx in
                 try tx.finalQuery("SELECT current_user::text, session_user::text")[0]
             }
-            #expect(try users.decode(0, as: String.self) == "poopypals_app")
+            // This database's own service role (sql/0022), not the server's shared one.
+            #expect(try users.decode(0, as: String.self) == (try facts.decode("name", as: String.self)))
+            #expect(try facts.decode("name", as: String.self).hasPrefix("poopypals_app_"))
             // The session is still the login (whatever the deployment calls it): only the transaction switched.
             #expect(try users.decode(1, as: String.self) == (try await db.withConnection { try $0.query("SELECT current_user::text")[0].decode(0, as: String.self) }))
             await database.pool.close()

@@ -88,7 +88,7 @@ struct DeviceKeyTests {
             #expect(clean.checks.filter { $0.check.hasPrefix("SECURITY DEFINER") }.count == 5)
             let report = try await db.withConnection { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                     try conn.executeScript("GRANT EXECUTE ON FUNCTION poopypals_erase_device(uuid, integer) TO PUBLIC")
                 }
                 return try RLSAudit().run(on: conn)

@@ -80,17 +80,18 @@ struct LargeDeviceTests {
             try await db.withConnection { _ = try Migrator(files: files, options: options).migrate(on: $0) }
             let device = try DeviceID(UUID())
             let (kept, deleted, later) = (UUID(), UUID(), UUID())
-            let old = Database(pool: db.pool(size: 1))
-            // What the service did at version 19: the device's id was its key.
-            let cursor = try await old.asDevice(device) { tx in
-                try tx.query("INSERT INTO devices (id, model) VALUES (\(device.key), 'old phone')")
-                for log in [kept, deleted] {
-                    try tx.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(log), \(device.key), now(), 4)")
+            // What the service did at version 19: the shared service role, the device's id its key.
+            let cursor = try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(device.key.uuidString.lowercased()), true)")
+                    try conn.query("INSERT INTO devices (id, model) VALUES (\(device.key), 'old phone')")
+                    for log in [kept, deleted] {
+                        try conn.query("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(log), \(device.key), now(), 4)")
+                    }
+                    try conn.query("DELETE FROM poop_logs WHERE id = \(deleted)")
+                    return try conn.query("SELECT change_seq FROM devices")[0].decode(0, as: Int64.self)
                 }
-                try tx.query("DELETE FROM poop_logs WHERE id = \(deleted)")
-                return try tx.finalQuery("SELECT change_seq FROM devices")[0].decode(0, as: Int64.self)
             }
-            await old.pool.close()
             let versions = { @Sendable () async throws -> [String] in
                 try await Superuser.column("SELECT xmin::text || ' ' || ctid::text FROM poop_logs ORDER BY id", in: db.name)
             }

@@ -97,8 +97,8 @@ struct LegacyAdoptionTests {
                 throw Rollback(values: [dangling, canonical])
             }
             #expect(devices == [0, 4])
-            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'chris@example.com'", as: "poopypals_profiles") == 1)
-            #expect(try await Self.cleanRows(db, clean, as: "poopypals_profiles") == cleanBefore)
+            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'chris@example.com'", as: "poopypals_profiles_role()") == 1)
+            #expect(try await Self.cleanRows(db, clean, as: "poopypals_profiles_role()") == cleanBefore)
             // users is under forced row-level security now: its owner sees none of them.
             #expect(try await Self.int(db, "SELECT count(*)::int FROM users") == 0)
         }
@@ -146,7 +146,7 @@ struct LegacyAdoptionTests {
                     "\(migrated.stdout) \(migrated.stderr)")
             let stored = try await db.withConnection { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                     return try conn.query("SELECT email FROM users ORDER BY 1").map { try $0.decode(0, as: String.self) }
                 }
             }
@@ -178,7 +178,7 @@ struct LegacyAdoptionTests {
             #expect(merge.stdout.contains("1 email normalised"), "\(merge.stdout) \(merge.stderr)")
             let migrated = try await TestProject.run(["migrate"] + url + Self.sql)
             #expect(migrated.status == 0, "stderr: \(migrated.stderr)")
-            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'bob@xn--bcher-kva.example'", as: "poopypals_profiles") == 1)
+            #expect(try await Self.int(db, "SELECT count(*)::int FROM users WHERE email = 'bob@xn--bcher-kva.example'", as: "poopypals_profiles_role()") == 1)
         }
     }
 
@@ -212,7 +212,7 @@ struct LegacyAdoptionTests {
     static func cleanRows(_ db: TestDatabase, _ ids: [UUID], as role: String? = nil) async throws -> [String] {
         try await db.withConnection { conn in
             try conn.transaction { conn in
-                if let role { try conn.query("SELECT set_config('role', \(role), true)") }
+                if let role { try conn.query(PostgresQuery(unsafeSQL: "SELECT set_config('role', \(role), true)")) }
                 return try ids.map { id in
                     let row = try conn.query("SELECT id::text || email || full_name || role FROM users WHERE id = \(id)")
                     return try row.first?.decode(0, as: String.self) ?? "missing"
@@ -228,7 +228,7 @@ struct LegacyAdoptionTests {
     static func int(_ db: TestDatabase, _ sql: String, as role: String? = nil) async throws -> Int {
         try await db.withConnection { conn in
             try conn.transaction { conn in
-                if let role { try conn.query("SELECT set_config('role', \(role), true)") }
+                if let role { try conn.query(PostgresQuery(unsafeSQL: "SELECT set_config('role', \(role), true)")) }
                 return try conn.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Int.self)
             }
         }

@@ -11,7 +11,7 @@ struct UserRepositoryTests {
     static func userCount(_ db: TestDatabase) async throws -> Int {
         try await db.withConnection { conn in
             try conn.transaction { conn in
-                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                 return try conn.query("SELECT count(*)::int FROM users")[0].decode(0, as: Int.self)
             }
         }
@@ -158,7 +158,7 @@ struct UserRepositoryTests {
             // before our check even runs).
             let release = Locked(false)
             let winner = try await db.inAnotherSession(holdingFor: 60, release: release) { conn in
-                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                 try conn.execute("INSERT INTO users (id, email) VALUES (\(id), 'race@example.com')")
             }
             let releaser = Task {
@@ -274,7 +274,7 @@ struct UserRepositoryTests {
             try await db.withConnection { conn in
                 try conn.transaction { conn in
                     try conn.executeScript("ALTER TABLE users ALTER COLUMN role DROP NOT NULL")
-                    try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                    try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                     try conn.execute("INSERT INTO users (id, email) VALUES (\(id), 'legacy@example.com')")
                     try conn.query("SELECT set_config('role', 'none', true)")
                     try conn.executeScript("ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
@@ -331,7 +331,7 @@ struct UserRepositoryTests {
                 let check = await #expect(throws: PostgresError.self) {
                     try await db.withConnection { conn in
                         try conn.transaction { conn in
-                            try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                            try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                             try conn.execute("INSERT INTO users (id, email) VALUES (\(UUID()), \(email))")
                         }
                     }

@@ -12,19 +12,21 @@ struct WholeSecondMigrationTests {
             let options = { var options = Migrator.Options(); options.target = 10; return options }()
             try await db.withConnection { _ = try Migrator(files: files, options: options).migrate(on: $0) }
             let device = try DeviceID(UUID())
-            let database = Database(pool: db.pool(size: 2))
-            // Registered as the service did at that version (the device's id was its key).
-            try await database.asDevice(device) { tx in try tx.finalQuery("INSERT INTO devices (id) VALUES (\(device.key))") }
             let (fractional, whole) = (UUID(), UUID())
-            let before = try await database.asDevice(device) { tx in
-                try tx.query("""
-                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES
-                    (\(fractional), \(device.key), '2026-01-01 10:00:00.999999+00', 3),
-                    (\(whole), \(device.key), '2026-01-01 11:00:00+00', 3)
-                    """)
-                return try tx.finalQuery("SELECT max(change_seq) FROM poop_logs")[0].decode(0, as: Int64.self)
+            // Registered and written as the service did at that version: the shared service role, the device's id
+            // its key.
+            let before = try await db.withConnection { conn in
+                try conn.transaction { conn in
+                    try conn.query("SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(device.key.uuidString.lowercased()), true)")
+                    try conn.query("INSERT INTO devices (id) VALUES (\(device.key))")
+                    try conn.query("""
+                        INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES
+                        (\(fractional), \(device.key), '2026-01-01 10:00:00.999999+00', 3),
+                        (\(whole), \(device.key), '2026-01-01 11:00:00+00', 3)
+                        """)
+                    return try conn.query("SELECT max(change_seq) FROM poop_logs")[0].decode(0, as: Int64.self)
+                }
             }
-            await database.pool.close()
             try await db.withConnection { _ = try Migrator(files: files).migrate(on: $0) }
 
             let check = Database(pool: db.pool(size: 1))

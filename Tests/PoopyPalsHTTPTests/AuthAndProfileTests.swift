@@ -69,7 +69,7 @@ struct AuthAndProfileTests {
     static func users(_ db: TestDatabase) async throws -> [String] {
         try await db.withConnection { conn in
             try conn.transaction { conn in
-                try conn.query("SELECT set_config('role', 'poopypals_profiles', true)")
+                try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")
                 return try conn.query("SELECT email FROM users ORDER BY 1").map { try $0.decode(0, as: String.self) }
             }
         }

@@ -179,7 +179,7 @@ struct ReadPoolTests {
             }
             let stored = try await db.withConnection { conn in
                 try conn.transaction { conn in
-                    try conn.query("SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', poopypals_device_key(\(device))::text, true)")
+                    try conn.query("SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', poopypals_device_key(\(device))::text, true)")
                     return try conn.query("SELECT count(*)::int FROM poop_logs")[0].decode(0, as: Int.self)
                 }
             }

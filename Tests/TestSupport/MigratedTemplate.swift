@@ -47,6 +47,7 @@ public actor MigratedTemplate {
             } catch SQLState.duplicateDatabase {
                 try conn.executeScript("DROP DATABASE \(building)")  // another process finished first
             }
+            try TestDatabase.dropOrphanedServiceRoles(on: conn)
         }
         return name
     }

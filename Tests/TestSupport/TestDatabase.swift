@@ -30,7 +30,7 @@ public struct TestDatabase: Sendable {
     /// Creates a fresh, empty database, runs `body`, then drops it (also when `body` throws).
     ///
     /// The migrated template is built first: it creates the cluster-wide roles (`poopypals_app`,
-    /// `poopypals_profiles`). Two first-ever migrations racing to create a role on a fresh cluster can fail in
+    /// `poopypals_profiles`, which sql/0022 later empties). Two first-ever migrations racing to create a role on a fresh cluster can fail in
     /// PostgreSQL itself (the loser's role cache still says "does not exist" after the winner committed), which
     /// a test migrating a fresh database beside the template build once did.
     @discardableResult
@@ -82,13 +82,29 @@ public struct TestDatabase: Sendable {
         var attempt = 0
         while true {
             do {
-                try await admin.withConnection { [name] in try $0.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+                try await admin.withConnection { [name] in
+                    try $0.executeScript("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+                    // A database migrated here (not copied from the template) made roles of its own (sql/0022).
+                    try $0.executeScript("DROP ROLE IF EXISTS poopypals_app_\(name), poopypals_profiles_\(name)")
+                }
                 return
             } catch let error as PostgresError where error.sqlState == .insufficientPrivilege && attempt < 50 {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
+    }
+
+    /// Drops the per-database service roles (sql/0022) of test databases that are gone: roles are the server's, and
+    /// every migrated test database makes two. Only roles that nothing depends on any more (no privilege, ownership
+    /// or policy in any database: `pg_shdepend`) and whose names test databases get.
+    public static func dropOrphanedServiceRoles(on conn: Connection) throws {
+        let orphans = try conn.query("""
+            SELECT format('DROP ROLE IF EXISTS %I', r.rolname) FROM pg_roles r
+            WHERE r.rolname ~ '^poopypals_(app|profiles)_(t|tmpl|pp_db)_'
+              AND NOT EXISTS (SELECT FROM pg_shdepend d WHERE d.refclassid = 'pg_authid'::regclass AND d.refobjid = r.oid)
+            """).map { try $0.decode(0, as: String.self) }
+        for statement in orphans { _ = try? conn.executeScript(statement) }
     }
 
     /// This database reached through PgBouncer in transaction-pooling mode (`PGBOUNCER_URL`, which

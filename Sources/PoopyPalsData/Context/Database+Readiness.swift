@@ -20,7 +20,7 @@ extension Database {
                     let results = try connection.pipeline([
                         "BEGIN",
                         """
-                        SELECT set_config('statement_timeout', '2000', true), set_config('role', \(Database.serviceRole), true), \
+                        SELECT set_config('statement_timeout', '2000', true), set_config('role', \(unescaped: ServiceRoles.serviceRoleSQL), true), \
                         current_setting('transaction_read_only') = 'off' AS writable
                         """,
                         "COMMIT",

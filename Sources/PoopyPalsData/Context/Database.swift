@@ -5,9 +5,6 @@ import PostgresClient
 /// The data layer's way into PostgreSQL: every unit of work is one transaction, either as a device
 /// (`asDevice`, row-level security decides what it sees) or, explicitly, as the system (`asSystem`).
 public final class Database: Sendable {
-    /// The role every device transaction switches to: not the owner, not superuser, no BYPASSRLS.
-    public static let serviceRole = "poopypals_app"
-
     public let pool: ConnectionPool
     /// Where read-only device work goes when set (`POOPYPALS_READ_DATABASE_URL`: standbys); writes never do.
     public let readPool: ConnectionPool?

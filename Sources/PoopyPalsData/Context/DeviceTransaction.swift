@@ -40,7 +40,7 @@ public final class DeviceTransaction {
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         prefix.append(PostgresQuery(unsafeSQL: Self.context, textBinds: [
-            Database.serviceRole, UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
+            UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
         ]))
         if let freshAt {
@@ -54,13 +54,15 @@ public final class DeviceTransaction {
     private static let beginReadOnly: PostgresQuery = "BEGIN READ ONLY"
     private static let beginSnapshot: PostgresQuery = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     private static let commitStatement: PostgresQuery = "COMMIT"
-    /// The request's context: role, device, statement, lock and idle-in-transaction time limits ($1…$5), the
-    /// device's quotas ($6, $7: sql/0014's triggers read them) and its write bucket ($8, $9: sql/0015's).
+    /// The request's context: this database's service role (sql/0022: a constant the plan folds in), the device,
+    /// statement, lock and idle-in-transaction time limits ($1…$4), the device's quotas ($5, $6: sql/0014's triggers
+    /// read them) and its write bucket ($7, $8: sql/0015's).
     private static let context = """
-        SELECT set_config('role', $1, true), set_config('app.device_id', $2, true), set_config('statement_timeout', $3, true), \
-        set_config('lock_timeout', $4, true), set_config('idle_in_transaction_session_timeout', $5, true), \
-        set_config('poopypals.max_logs_per_device', $6, true), set_config('poopypals.max_tombstones_per_device', $7, true), \
-        set_config('poopypals.device_write_burst', $8, true), set_config('poopypals.device_write_rate', $9, true)
+        SELECT set_config('role', \(ServiceRoles.serviceRoleSQL), true), set_config('app.device_id', $1, true), \
+        set_config('statement_timeout', $2, true), \
+        set_config('lock_timeout', $3, true), set_config('idle_in_transaction_session_timeout', $4, true), \
+        set_config('poopypals.max_logs_per_device', $5, true), set_config('poopypals.max_tombstones_per_device', $6, true), \
+        set_config('poopypals.device_write_burst', $7, true), set_config('poopypals.device_write_rate', $8, true)
         """
 
     /// True once the transaction has begun on the server.

@@ -1,12 +1,36 @@
 import PostgresClient
 
-/// The roles the data layer acts as, named once. Acting as one is always transaction-local
+/// The roles the data layer acts as. Each database has its own (sql/0022): `poopypals_service_role()` names the one
+/// every device transaction switches to, `poopypals_profiles_role()` the NOLOGIN owner of the profile, rotation
+/// and erasure functions, which the operator tools act as. Acting as one is always transaction-local
 /// (`set_config('role', …, true)`, i.e. `SET LOCAL ROLE`): nothing outlives the transaction on a pooled connection
-/// or behind PgBouncer. Device requests switch to `Database.serviceRole` in their first pipeline
-/// (`DeviceTransaction`); operator tasks use `actAs(_:)`.
-extension Database {
-    /// Owns the functions that read or erase any profile (sql/0008): not granted to anyone, not the service.
-    public static let profilesRole = "poopypals_profiles"
+/// or behind PgBouncer. Device requests switch in their first pipeline (`DeviceTransaction`), calling the function
+/// there (a constant, folded into the prepared plan); operator tasks read the names with `read(on:)`.
+public struct ServiceRoles: Sendable, Equatable {
+    public let app: String
+    public let profiles: String
+
+    public init(app: String, profiles: String) {
+        (self.app, self.profiles) = (app, profiles)
+    }
+
+    /// Every database's roles before sql/0022.
+    public static let shared = ServiceRoles(app: "poopypals_app", profiles: "poopypals_profiles")
+
+    /// The expression a request's context statement switches role with.
+    static let serviceRoleSQL = "poopypals_service_role()"
+
+    /// This database's roles (`shared` before sql/0022), read on `connection`.
+    /// - Throws: `PostgresError`.
+    public static func read(on connection: Connection) throws -> ServiceRoles {
+        let own = try connection.query("""
+            SELECT to_regprocedure('poopypals_service_role()') IS NOT NULL
+               AND to_regprocedure('poopypals_profiles_role()') IS NOT NULL AS own
+            """)[0]
+        guard try own.decode("own", as: Bool.self) else { return .shared }
+        let names = try connection.query("SELECT poopypals_service_role() AS app, poopypals_profiles_role() AS profiles")[0]
+        return ServiceRoles(app: try names.decode("app"), profiles: try names.decode("profiles"))
+    }
 }
 
 extension Connection {

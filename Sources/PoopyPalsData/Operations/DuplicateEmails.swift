@@ -87,6 +87,17 @@ public enum DuplicateEmails {
         try reading(on: connection, groups)
     }
 
+    /// Users whose stored email the current rule refuses outright (issue 42, item 6: an address literal, a domain
+    /// label with a leading or trailing hyphen or an `_`, stored before the rule): no canonical form exists, so no
+    /// merge can rewrite them, and the service refuses the address when the person signs in with it again. Newest
+    /// first. A person must be asked for another address (or the profile erased on request).
+    public static func refused(on connection: Connection) throws -> [UUID] {
+        try reading(on: connection) { conn in
+            try storedUsers(conn).filter { Email.comparisonKey(forStored: $0.email) == nil }
+                .sorted { inOrder($0, $1, newestFirst: true) }.map(\.id)
+        }
+    }
+
     /// How many stored emails have a canonical form other than themselves (merge-duplicates rewrites them).
     /// Compared as bytes: Swift's == takes canonically equivalent strings as equal.
     static func nonCanonicalCount(on connection: Connection) throws -> Int {
@@ -97,24 +108,26 @@ public enum DuplicateEmails {
         }
     }
 
-    /// Runs `body` where it can read every user: as `poopypals_profiles` (the one role whose policy shows every
-    /// user) where `users` is under row-level security, inside a read-only transaction of its own.
+    /// Runs `body` where it can read every user: as the profile role (the one role whose policy shows every
+    /// user; this database's own, `ServiceRoles`) where `users` is under row-level security, inside a read-only
+    /// transaction of its own.
     private static func reading<T>(on connection: Connection, _ body: (Connection) throws -> T) throws -> T {
+        let profiles = try ServiceRoles.read(on: connection).profiles
         let readAsProfiles = try connection.query("""
             SELECT EXISTS (SELECT FROM pg_class WHERE oid = to_regclass('users') AND relrowsecurity)
-                   AND EXISTS (SELECT FROM pg_roles WHERE rolname = \(Database.profilesRole))
+                   AND EXISTS (SELECT FROM pg_roles WHERE rolname = \(profiles))
             """)[0].decode(0, as: Bool.self)
         guard readAsProfiles else { return try body(connection) }
         if connection.transactionState == .inTransaction {
             return try connection.savepoint { conn in
-                try conn.actAs(Database.profilesRole)
+                try conn.actAs(profiles)
                 defer { _ = try? conn.actAs(nil) }
                 return try body(conn)
             }
         }
         return try connection.transaction { conn in
             try conn.executeScript("SET TRANSACTION READ ONLY")
-            try conn.actAs(Database.profilesRole)
+            try conn.actAs(profiles)
             return try body(conn)
         }
     }

@@ -39,7 +39,7 @@ public struct PendingErasures: Sendable {
     }
 
     private static func batch(of size: Int, in conn: Connection) throws -> Progress {
-        try conn.query("SELECT set_config('role', \(Database.serviceRole), true), set_config('statement_timeout', '60s', true)")
+        try conn.query("SELECT set_config('role', \(unescaped: ServiceRoles.serviceRoleSQL), true), set_config('statement_timeout', '60s', true)")
         let row = try conn.query("SELECT erasing, logs FROM poopypals_erase_pending(\(size))")[0]
         return Progress(devicesErasing: try row.decode("erasing"), logsErased: try row.decode("logs"), batches: 1)
     }

@@ -49,39 +49,39 @@ public struct RLSAudit: Sendable {
 
     /// `devices` beyond its four device policies (sql/0010): the profile role's functions read, move (rotation)
     /// and erase devices.
-    public static let deviceProfilePolicies: [ExpectedPolicy] = {
-        let profiles = "(CURRENT_USER = '\(Database.profilesRole)'::name)"
+    public static func deviceProfilePolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
+        let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
         return [
-            ExpectedPolicy(name: "Profiles can read devices", command: "r", roles: [Database.profilesRole], using: profiles, check: nil),
-            ExpectedPolicy(name: "Profiles can move devices", command: "w", roles: [Database.profilesRole], using: profiles, check: profiles),
-            ExpectedPolicy(name: "Profiles can erase devices", command: "d", roles: [Database.profilesRole], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can read devices", command: "r", roles: [roles.profiles], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can move devices", command: "w", roles: [roles.profiles], using: profiles, check: profiles),
+            ExpectedPolicy(name: "Profiles can erase devices", command: "d", roles: [roles.profiles], using: profiles, check: nil),
         ]
-    }()
+    }
 
     /// `poop_logs` beyond its four device policies (sql/0021): the profile role deletes the logs of a device being
     /// erased, and sees no other.
-    public static let logProfilePolicies: [ExpectedPolicy] = {
-        let erasing = "((CURRENT_USER = '\(Database.profilesRole)'::name) AND (device_id IN ( SELECT d.id FROM devices d WHERE (d.erasing_since IS NOT NULL))))"
+    public static func logProfilePolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
+        let erasing = "((CURRENT_USER = '\(roles.profiles)'::name) AND (device_id IN ( SELECT d.id FROM devices d WHERE (d.erasing_since IS NOT NULL))))"
         return [
-            ExpectedPolicy(name: "Profiles can read logs of erased devices", command: "r", roles: [Database.profilesRole], using: erasing, check: nil),
-            ExpectedPolicy(name: "Profiles can erase logs of erased devices", command: "d", roles: [Database.profilesRole], using: erasing, check: nil),
+            ExpectedPolicy(name: "Profiles can read logs of erased devices", command: "r", roles: [roles.profiles], using: erasing, check: nil),
+            ExpectedPolicy(name: "Profiles can erase logs of erased devices", command: "d", roles: [roles.profiles], using: erasing, check: nil),
         ]
-    }()
+    }
 
     /// `users` (sql/0008, 0010): a device reads and updates the user it is linked to; the profile function's
     /// role reads, creates, updates and erases profiles.
-    public static let userPolicies: [ExpectedPolicy] = {
+    public static func userPolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
         let linked = "(id = ( SELECT d.user_id FROM devices d WHERE (d.id = \(currentDevice))))"
-        let profiles = "(CURRENT_USER = '\(Database.profilesRole)'::name)"
+        let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
         return [
-            ExpectedPolicy(name: "Devices can read own user", command: "r", roles: [Database.serviceRole], using: linked, check: nil),
-            ExpectedPolicy(name: "Devices can update own user", command: "w", roles: [Database.serviceRole], using: linked, check: linked),
-            ExpectedPolicy(name: "Profiles can read users", command: "r", roles: [Database.profilesRole], using: profiles, check: nil),
-            ExpectedPolicy(name: "Profiles can create users", command: "a", roles: [Database.profilesRole], using: nil, check: profiles),
-            ExpectedPolicy(name: "Profiles can update users", command: "w", roles: [Database.profilesRole], using: profiles, check: profiles),
-            ExpectedPolicy(name: "Profiles can erase users", command: "d", roles: [Database.profilesRole], using: profiles, check: nil),
+            ExpectedPolicy(name: "Devices can read own user", command: "r", roles: [roles.app], using: linked, check: nil),
+            ExpectedPolicy(name: "Devices can update own user", command: "w", roles: [roles.app], using: linked, check: linked),
+            ExpectedPolicy(name: "Profiles can read users", command: "r", roles: [roles.profiles], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can create users", command: "a", roles: [roles.profiles], using: nil, check: profiles),
+            ExpectedPolicy(name: "Profiles can update users", command: "w", roles: [roles.profiles], using: profiles, check: profiles),
+            ExpectedPolicy(name: "Profiles can erase users", command: "d", roles: [roles.profiles], using: profiles, check: nil),
         ]
-    }()
+    }
 
     /// Whitespace collapsed, none just inside parentheses: how two printings of one expression are compared.
     static func normalized(_ expression: String?) -> String? {
@@ -91,16 +91,19 @@ public struct RLSAudit: Sendable {
         return text
     }
 
-    public let serviceRole: String
+    /// The service role to check in place of this database's own (`ServiceRoles`); nil: the database's.
+    public let serviceRoleOverride: String?
 
-    public init(serviceRole: String = Database.serviceRole) {
-        self.serviceRole = serviceRole
+    public init(serviceRole: String? = nil) {
+        serviceRoleOverride = serviceRole
     }
 
     /// - Throws: `PostgresError` when the catalog cannot be read.
     public func run(on connection: Connection) throws -> Report {
         var checks: [Check] = []
         func record(_ name: String, _ problem: String?) { checks.append(Check(check: name, ok: problem == nil, problem: problem)) }
+        let roles = try ServiceRoles.read(on: connection)
+        let serviceRole = serviceRoleOverride ?? roles.app
 
         // Policies bind nobody who logs in as a superuser or with BYPASSRLS, FORCEd or not.
         let login = try connection.query("SELECT current_user::text AS name, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")[0]
@@ -130,9 +133,9 @@ public struct RLSAudit: Sendable {
                    ? nil : "row-level security is not forced (the table owner bypasses it)")
             record("\(name): not owned by \(serviceRole)", try table.decode("owner", as: String.self) == serviceRole
                    ? "owned by the service role, which therefore bypasses unforced policies" : nil)
-            let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies
-                : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(own: Self.ownDeviceRow) + Self.deviceProfilePolicies
-                : try table.decode("is_logs", as: Bool.self) ? Self.devicePolicies() + Self.logProfilePolicies
+            let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies(roles)
+                : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(own: Self.ownDeviceRow) + Self.deviceProfilePolicies(roles)
+                : try table.decode("is_logs", as: Bool.self) ? Self.devicePolicies() + Self.logProfilePolicies(roles)
                 : Self.devicePolicies()
             let policies = try connection.query("""
                 SELECT polname, polcmd::text AS command, polpermissive,
@@ -213,27 +216,30 @@ public struct RLSAudit: Sendable {
             record("SECURITY DEFINER \(name): NOLOGIN owner, fixed search_path, not executable by PUBLIC", problem)
         }
 
-        // The service roles are the server's, not the database's: any login that is a member (the owner of
-        // another PoopyPals database is) and may connect here can SET ROLE and read this database's rows.
-        // sql/0019 takes CONNECT from PUBLIC; these say whether it holds.
+        // Roles are the server's, not the database's: a login that may connect here and is a member of this
+        // database's service roles can SET ROLE and read its rows. sql/0019 takes CONNECT from PUBLIC, and sql/0022
+        // gives each database roles of its own that only its migrating login is granted; these say whether both hold.
         let publicConnect = try connection.query("""
             SELECT d.datacl IS NULL OR EXISTS (SELECT FROM aclexplode(d.datacl) a WHERE a.grantee = 0 AND a.privilege_type = 'CONNECT')
             FROM pg_database d WHERE d.datname = current_database()
             """)[0].decode(0, as: Bool.self)
         record("PUBLIC may not connect to this database", publicConnect
                ? "every login of the server may connect, including members of the service roles made by other databases' migrations; as the owner: REVOKE CONNECT ON DATABASE <name> FROM PUBLIC (sql/0019)" : nil)
-        // Only through PUBLIC: a login the owner granted CONNECT to (the service's own, README) is a choice.
-        let outsiders = !publicConnect ? nil : try connection.query("""
+        // With this database's own roles (sql/0022) any other member is a grant someone made by hand; with the shared
+        // ones (before it) the members are every PoopyPals database's owner, and only those that may connect count.
+        let ownRoles = roles != .shared
+        let outsiders = try connection.query("""
             SELECT string_agg(r.rolname::text, ', ' ORDER BY r.rolname)
             FROM pg_roles r, pg_database d
             WHERE d.datname = current_database() AND r.rolcanlogin AND NOT r.rolsuper
               AND r.rolname <> current_user AND r.oid <> d.datdba
-              AND has_database_privilege(r.oid, d.oid, 'CONNECT')
-              AND ((to_regrole(\(serviceRole)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(serviceRole)), 'MEMBER'))
-                   OR (to_regrole(\(Database.profilesRole)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(Database.profilesRole)), 'MEMBER')))
+              AND (\(ownRoles) OR has_database_privilege(r.oid, d.oid, 'CONNECT'))
+              AND ((to_regrole(\(roles.app)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(roles.app)), 'MEMBER'))
+                   OR (to_regrole(\(roles.profiles)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(roles.profiles)), 'MEMBER')))
             """)[0].decode(0, as: String?.self)
-        record("no other login may connect here as a member of the service roles", outsiders.map {
-            "\($0) may connect to this database through PUBLIC and switch to the service roles (granted for another database)"
+        record("no other login is a member of this database's service roles", outsiders.map {
+            ownRoles ? "\($0) may switch to this database's service roles (\(roles.app), \(roles.profiles)): REVOKE them"
+                : "\($0) may connect to this database and switch to the service roles (granted for another database)"
         })
 
         let role = try connection.query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = \(serviceRole)")

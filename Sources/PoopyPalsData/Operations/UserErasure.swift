@@ -18,7 +18,7 @@ public struct UserErasure: Sendable {
         let email = try Email(email).normalized
         return try connection.transaction { conn in
             // The function belongs to the profile role and is not granted to anyone: run it as that role.
-            try conn.actAs(Database.profilesRole)
+            try conn.actAs(try ServiceRoles.read(on: conn).profiles)
             let row = try conn.query("SELECT users, devices, logs FROM poopypals_erase_user(\(email), \(dryRun))")[0]
             // A dry run only counts (the function deletes nothing then).
             return Report(users: try row.decode("users"), devices: try row.decode("devices"), logs: try row.decode("logs"))

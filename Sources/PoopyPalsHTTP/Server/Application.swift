@@ -66,7 +66,8 @@ func buildApplication(
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
         services: [PoolShutdown(pools: pools, logger: logger), metrics]
             + (configuration.erasureInterval.map { interval in
-                [ErasureWorker(erasures: PendingErasures(database: database), interval: interval, logger: logger)] } ?? []),
+                [ErasureWorker(erasures: PendingErasures(database: database), pool: pools.requests, poolSize: configuration.poolSize,
+                               interval: interval, logger: logger)] } ?? []),
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
 }

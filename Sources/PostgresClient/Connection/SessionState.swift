@@ -30,13 +30,31 @@ enum SessionState {
         return false
     }
 
-    /// `set_config(name, value, true)` with literal `true` as every call's last argument.
+    /// `set_config(name, value, true)` with literal `true` as every call's last argument. An argument may hold
+    /// parentheses (a function call: `poopypals_service_role()`) and quoted text: arguments are split at the
+    /// call's own commas only.
     private static func isTransactionLocalSetConfigOnly(_ text: String) -> Bool {
         var rest = Substring(text)
         while let range = rest.range(of: "set_config(") {
             rest = rest[range.upperBound...]
-            guard let close = rest.firstIndex(of: ")") else { return false }
-            let arguments = rest[..<close].split(separator: ",")
+            var arguments: [Substring] = []
+            var (depth, quoted, start, close) = (0, false, rest.startIndex, rest.endIndex)
+            scan: for index in rest.indices {
+                switch rest[index] {
+                case "'": quoted.toggle()
+                case "(" where !quoted: depth += 1
+                case ")" where !quoted && depth > 0: depth -= 1
+                case ")" where !quoted:
+                    close = index
+                    break scan
+                case "," where !quoted && depth == 0:
+                    arguments.append(rest[start..<index])
+                    start = rest.index(after: index)
+                default: continue
+                }
+            }
+            guard close < rest.endIndex else { return false }
+            arguments.append(rest[start..<close])
             guard arguments.count == 3, arguments[2].filter({ !$0.isWhitespace }) == "true" else { return false }
             rest = rest[close...]
         }

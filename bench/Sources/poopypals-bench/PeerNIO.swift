@@ -25,7 +25,7 @@ struct NIOPeer: Sendable {
     /// The first statement of every request: the same settings as ours and pgbench's (`Scenario.context`).
     func context(_ conn: PostgresConnection, key: String) async throws {
         try await conn.query("""
-            SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(key), true), \
+            SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(key), true), \
             set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true)
             """, logger: logger)
     }

@@ -46,7 +46,7 @@ struct Scenario: Sendable {
     static let pgDeviceID = "(SELECT d.id FROM devices d WHERE d.key = \(pgDevice))"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
     /// What `DeviceTransaction` sends first (the default time limits: 5 s and 2 s).
-    static let context = "SELECT set_config('role', 'poopypals_app', true), set_config('app.device_id', \(pgDevice)::text, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
+    static let context = "SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(pgDevice)::text, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
 
     static func pipelined(_ devices: Int, _ statement: String) -> String {
         """
