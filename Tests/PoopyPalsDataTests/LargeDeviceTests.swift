@@ -6,7 +6,8 @@ import TestSupport
 
 /// Issue 41, item 4: whoever holds a leaked id could push ~300 000 logs, after which the owner could never rotate
 /// it away (rotation rewrote every log of the device under the 5 s statement limit) and soon never erase it.
-/// A device's size must not decide whether it can be rotated or erased.
+/// A device's size must not decide whether it can be rotated or erased. A million rows take a core for a minute:
+/// `make test` runs this suite alone, after the others (scripts/test.sh), so that it disturbs no timing test.
 @Suite("A device with a million logs")
 struct LargeDeviceTests {
     static let logs = 1_000_000
@@ -71,6 +72,12 @@ struct LargeDeviceTests {
         }
     }
 
+}
+
+/// The stable internal id and the key column (sql/0020, 0021): the migration on a database in use, and finishing
+/// erasures from the tools.
+@Suite("Stable device ids")
+struct StableDeviceIDTests {
     /// sql/0020 and 0021 on a database in use: no log is rewritten (a device's logs keep pointing at the same
     /// value, now its stable id), the phone keeps its id and its sync cursor, and rotating afterwards moves nothing.
     @Test func theMigrationToStableIDsRewritesNoLogAndKeepsEveryCursor() async throws {
