@@ -11,6 +11,21 @@
 -- a device registered meanwhile by the running service gets its key from a transitional trigger (dropped in 0021);
 -- then the key's unique index is built without blocking writes.
 
+-- An index a failed concurrent build left INVALID is dropped first (as in 0018), so that a retry builds it again
+-- instead of skipping it (IF NOT EXISTS) and recording the migration as applied.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               WHERE c.relname = 'devices_key_key' AND NOT i.indisvalid) THEN
+        DROP INDEX devices_key_key;
+    END IF;
+    IF EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               WHERE c.relname = 'devices_erasing_idx' AND NOT i.indisvalid) THEN
+        DROP INDEX devices_erasing_idx;
+    END IF;
+END
+$$;
+
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS key uuid;
 -- Set when the device's erasure begins (0021): from then on its id works for nothing but following the erasure.
 ALTER TABLE devices ADD COLUMN IF NOT EXISTS erasing_since timestamptz;
@@ -38,18 +53,23 @@ CREATE TRIGGER devices_key_follows_id BEFORE INSERT OR UPDATE OF id ON devices
 -- forced for the owner throughout.
 GRANT UPDATE (key) ON devices TO poopypals_profiles;
 
+-- In primary-key order from where the last batch ended, so that each batch reads only its own rows (a scan
+-- for "key IS NULL" from the start each time would make the copy quadratic in the number of devices).
 DO $$
 DECLARE
-    moved integer;
+    last uuid := '00000000-0000-0000-0000-000000000000';
+    batch_end uuid;
 BEGIN
     LOOP
         PERFORM set_config('role', 'poopypals_profiles', true);
-        UPDATE devices d SET key = d.id
-        WHERE d.id IN (SELECT c.id FROM devices c WHERE c.key IS NULL LIMIT 5000);
-        GET DIAGNOSTICS moved = ROW_COUNT;
+        SELECT b.id INTO batch_end FROM (SELECT c.id FROM devices c WHERE c.id > last ORDER BY c.id LIMIT 5000) b
+        ORDER BY b.id DESC LIMIT 1;
+        EXIT WHEN batch_end IS NULL;
+        UPDATE devices d SET key = d.id WHERE d.id > last AND d.id <= batch_end AND d.key IS NULL;
+        last := batch_end;
         COMMIT;
-        EXIT WHEN moved = 0;
     END LOOP;
+    COMMIT;
 END
 $$;
 

@@ -129,9 +129,11 @@ BEGIN
         UPDATE public.devices d SET log_count = d.log_count - r.n,
                                     tombstone_count = d.tombstone_count + CASE WHEN d.erasing_since IS NULL THEN r.n ELSE 0 END
         FROM removed r WHERE d.id = r.device_id
-        RETURNING d.tombstone_count
+        RETURNING d.tombstone_count, d.erasing_since IS NULL AS live
     )
-    SELECT max(tombstone_count) INTO most FROM counted;
+    -- A device being erased is not held to the quota: its tombstones do not grow, and an erasure must finish
+    -- whatever the quota (a lower one set since, or the tools' default) says.
+    SELECT max(c.tombstone_count) FILTER (WHERE c.live) INTO most FROM counted c;
     IF most > quota THEN
         RAISE EXCEPTION 'a device may have at most % deleted logs awaiting purge', quota USING ERRCODE = 'PPQ02';
     END IF;
@@ -303,12 +305,18 @@ DECLARE
     device_count integer;
     log_count bigint;
 BEGIN
-    SELECT u.id INTO target FROM public.users u WHERE u.email = lower(btrim(p_email)) FOR UPDATE;
+    SELECT u.id INTO target FROM public.users u WHERE u.email = lower(btrim(p_email));
     IF NOT FOUND THEN
         RETURN QUERY SELECT 0, 0, 0::bigint;
         RETURN;
     END IF;
+    -- Devices first, then the profile: the order the device functions lock in, so that they cannot deadlock.
     PERFORM FROM public.devices d WHERE d.user_id = target ORDER BY d.id FOR UPDATE;
+    PERFORM FROM public.users u WHERE u.id = target FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 0, 0, 0::bigint;
+        RETURN;
+    END IF;
     SELECT count(*)::integer, coalesce(sum(d.log_count), 0)::bigint INTO device_count, log_count
     FROM public.devices d WHERE d.user_id = target;
     IF NOT p_dry_run THEN
@@ -344,8 +352,10 @@ BEGIN
     IF public.get_current_device_key() IS NULL THEN
         RAISE EXCEPTION 'no device in this transaction' USING ERRCODE = 'insufficient_privilege';
     END IF;
-    -- Locked: a concurrent re-link of the same device waits, and then sees this one's link.
-    SELECT d.user_id INTO linked FROM public.devices d WHERE d.id = device FOR UPDATE;
+    -- Locked: a concurrent re-link of the same device waits, and then sees this one's link. A device whose erasure
+    -- committed meanwhile no longer qualifies (the lock re-reads the row): not registered, and no profile is made
+    -- or linked for it after its erasure said the profile was gone.
+    SELECT d.user_id INTO linked FROM public.devices d WHERE d.id = device AND d.erasing_since IS NULL FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'this device is not registered' USING ERRCODE = 'no_data_found';
     END IF;

@@ -27,6 +27,13 @@ BEGIN
     FOR r IN SELECT unnest(ARRAY[app, profiles]) AS role LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r.role) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', r.role);
+        -- The names are predictable: a role someone made beforehand, which can log in or which others are members
+        -- of, would hand them this database. Refused; an administrator looks at it.
+        ELSIF EXISTS (SELECT FROM pg_roles WHERE rolname = r.role AND (rolcanlogin OR rolsuper OR rolbypassrls))
+              OR EXISTS (SELECT FROM pg_auth_members m WHERE m.roleid = to_regrole(r.role) AND m.member <> to_regrole(login)) THEN
+            RAISE EXCEPTION 'role % exists already, with members or rights this migration did not give it', r.role
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'An administrator checks who made it and why; once it is dropped, run the migrations again.';
         END IF;
         -- As 0007: the login may SET ROLE to each, and from PostgreSQL 16 does not inherit their privileges.
         EXECUTE CASE WHEN set_option_exists THEN format('GRANT %I TO %I WITH SET TRUE, INHERIT FALSE', r.role, login)

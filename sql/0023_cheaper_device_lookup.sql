@@ -8,15 +8,16 @@
 -- same way. Every policy check and every repository statement paid that. Now:
 --   get_current_device_key()  plain SQL without SET: inlined where it is used, so it costs what its expression costs;
 --   get_current_device_id()   PL/pgSQL: its one query is planned once per session and reused.
--- Neither is SECURITY DEFINER, so no SET search_path is needed for safety: every name is schema-qualified and the
--- comparison is pg_catalog's operator, so a caller's search_path cannot change what they do.
+-- Neither is SECURITY DEFINER, so no SET search_path is needed for safety: every name and operator is
+-- schema-qualified (pg_catalog's), so a caller's search_path cannot change what they do.
 
 CREATE OR REPLACE FUNCTION get_current_device_key() RETURNS uuid
     LANGUAGE sql
     STABLE
     PARALLEL SAFE
 AS $$
-    SELECT NULLIF(pg_catalog.current_setting('app.device_id', true), '')::pg_catalog.uuid
+    SELECT CASE WHEN pg_catalog.current_setting('app.device_id', true) OPERATOR(pg_catalog.=) '' THEN NULL
+                ELSE pg_catalog.current_setting('app.device_id', true)::pg_catalog.uuid END
 $$;
 ALTER FUNCTION get_current_device_key() RESET ALL;
 

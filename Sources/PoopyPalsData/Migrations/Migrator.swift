@@ -283,7 +283,10 @@ public struct Migrator: Sendable {
                 let duration = clock.now - started
                 logger.info("applied \(file.fileName)", metadata: ["ms": "\(duration.milliseconds)", "attempts": "\(attempt)"])
                 return Applied(file: file, duration: duration, attempts: attempt, notes: notes)
-            } catch where SQLState.lockNotAvailable ~= Self.serverError(in: error) && attempt <= options.lockRetries {
+            } catch where (SQLState.lockNotAvailable ~= Self.serverError(in: error) || SQLState.deadlockDetected ~= Self.serverError(in: error))
+                        && attempt <= options.lockRetries {
+                // A deadlock too: roles are the server's, and two databases migrating at once (sql/0022) can each
+                // hold what the other's role statements need; the file rolls back whole and runs again.
                 let backoff = options.lockRetryBackoff * (1 << (attempt - 1))
                 logger.warning("\(file.fileName) timed out waiting for a lock; retrying",
                                metadata: ["attempt": "\(attempt)", "backoff_ms": "\(backoff.milliseconds)"])

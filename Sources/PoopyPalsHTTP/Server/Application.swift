@@ -66,7 +66,7 @@ func buildApplication(
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
         services: [PoolShutdown(pools: pools, logger: logger), metrics]
             + (configuration.erasureInterval.map { interval in
-                [ErasureWorker(erasures: PendingErasures(database: database), pool: pools.requests, poolSize: configuration.poolSize,
+                [ErasureWorker(erasures: PendingErasures(database: Database(pool: pools.background, timeouts: configuration.timeouts)),
                                interval: interval, logger: logger)] } ?? []),
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
