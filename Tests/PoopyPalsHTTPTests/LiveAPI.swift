@@ -39,7 +39,8 @@ struct LiveAPI: Sendable {
                                                      onListening: { bound in port.withLock { $0 = bound } },
                                                      onMetricsListening: { bound in metricsPort.withLock { $0 = bound } })
         let task = Task { try await application.run() }
-        let deadline = ContinuousClock.now + .seconds(10)
+        // Generous: 60 suites share two cores in `make test`, and a start that is merely slow there is not a failure.
+        let deadline = ContinuousClock.now + .seconds(30)
         while port.value == nil || metricsPort.value == nil {
             guard ContinuousClock.now < deadline else { throw SetupError("the API did not start listening") }
             try await Task.sleep(for: .milliseconds(10))
