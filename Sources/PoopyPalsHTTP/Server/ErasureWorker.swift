@@ -17,15 +17,8 @@ struct ErasureWorker: Service {
                 try await Task.sleep(for: interval)
                 var done = PendingErasures.Progress()
                 do {
-                    // Bounded: at most 1 000 batches (5 000 000 logs) before the next pause.
-                    while done.batches < 1_000 {
-                        let step = try await erasures.step()
-                        done.logsErased += step.logsErased
-                        done.devicesErasing = step.devicesErasing
-                        done.batches += 1
-                        if step.devicesErasing == 0 { break }
-                        try await Task.sleep(for: .milliseconds(20))
-                    }
+                    // Bounded: at most 1 000 batches (5 000 000 logs) or 10 minutes before the next pause.
+                    done = try await erasures.run(maxBatches: 1_000, until: .now + .seconds(600), pause: .milliseconds(20))
                 } catch is CancellationError {
                     throw CancellationError()
                 } catch {
