@@ -89,7 +89,9 @@ struct RobustConnectionTests {
             let user = serverURL.user ?? "poopypals"
             let url = "postgresql://\(user):\(password)@127.0.0.1:\(bouncerPort),127.0.0.1:\(serverPort)/\(db.name)"
                 + "?target_session_attrs=read-write"
-            var configuration = ConnectionConfiguration(connectionString: url, connectTimeoutSeconds: 2, statementCache: false)
+            // 6 s: the check on the full PgBouncer gives up after it, and the server itself, the next host, must log
+            // in within it too, which under make test's load (60 suites at once on two cores) 2 s once did not.
+            var configuration = ConnectionConfiguration(connectionString: url, connectTimeoutSeconds: 6, statementCache: false)
             configuration.applicationName = "poopypals-tests"
             let started = ContinuousClock.now
             let connection = try Connection(configuration: configuration)
