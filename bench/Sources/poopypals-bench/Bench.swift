@@ -51,6 +51,9 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Only the server instruction counts under valgrind (needs --server-binary).")
     var instructionsOnly = false
 
+    @Flag(help: "Only the database floor: each request transaction against bare copies of its tables (pgbench, PostgreSQL's CPU).")
+    var floorOnly = false
+
     @Flag(help: "Skip the vapor/postgres-nio peer.")
     var skipPeer = false
 
@@ -110,6 +113,12 @@ struct Bench: AsyncParsableCommand {
         let pgbench = PgBench(connectionString: try urlFor(target))
         try await prepare(server: server, target: target)
 
+        if floorOnly {
+            let floor = try await DatabaseFloor.run(target: target, url: try urlFor(target), devices: devices, seconds: seconds, rounds: rounds)
+            print("\n" + DatabaseFloor.markdown(floor))
+            if let readme { try DatabaseFloor.replace(in: readme, with: floor, date: ISO8601DateFormatter().string(from: started)) }
+            return
+        }
         var rows: [ReportRow] = []
         for scenario in Scenario.all(devices: devices) where !readScaleOnly && !instructionsOnly && (only.map({ scenario.name.contains($0) }) ?? true) {
             let roundTrips = try await RoundTrips.measure(scenario, connection: target)
@@ -193,14 +202,24 @@ struct Bench: AsyncParsableCommand {
                                                 seconds: seconds * 2, devices: devices)
         }
 
-        let report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
+        // Last: it adds rows (logs, tombstones) that the runs above are not measured with.
+        var floor: [DatabaseFloor.Row] = []
+        if !skipExtras && !readScaleOnly && !instructionsOnly {
+            floor = try await DatabaseFloor.run(target: target, url: try urlFor(target), devices: devices, seconds: seconds, rounds: rounds)
+        }
+
+        var report = Report(date: ISO8601DateFormatter().string(from: started), machine: Report.machine(),
                             secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, instructions: instructions, breakdown: breakdown, readScale: readScale,
                             keyDerivationNanoseconds: Report.measureKeyDerivation())
+        report.floor = floor
         print("\n" + report.markdown)
         try report.write(json: json)
         // A partial run never replaces the README's full results.
         let readme = readScaleOnly || instructionsOnly ? nil : readme
-        if let readme { try report.replaceResults(in: readme) }
+        if let readme {
+            try report.replaceResults(in: readme)
+            if !floor.isEmpty { try DatabaseFloor.replace(in: readme, with: floor, date: report.date) }
+        }
         print("\nWritten to \(json)\(readme.map { " and \($0)" } ?? ""). Took \(Int(Date().timeIntervalSince(started))) s.")
     }
 

@@ -47,6 +47,8 @@ struct Report: Encodable {
     let instructions: [InstructionRow]
     let breakdown: [BreakdownRow]
     let readScale: [ReadScaleRow]
+    /// Each request transaction against its floor (`DatabaseFloor`); empty when not run.
+    var floor: [DatabaseFloor.Row] = []
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
 

@@ -1,0 +1,78 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+/// The device row's counts (logs, tombstones) and change number, kept by one update of the device row per log
+/// written (sql/0024, issue 44), stay exact where a create is skipped: a replay, and the same create racing itself.
+@Suite("Device counts, one update per write")
+struct DeviceCountTests {
+    static func counts(_ db: TestDatabase, _ device: DeviceID) async throws -> [String] {
+        try await Superuser.column("SELECT log_count || '/' || tombstone_count FROM devices WHERE key = '\(device.key.uuidString.lowercased())'", in: db.name)
+    }
+
+    /// Two creates of the same log at once (a phone's retry racing its original, two instances): the second waits
+    /// for the first's device lock, and its insert is then skipped by ON CONFLICT. It must count nothing. Before
+    /// 0024 the statement trigger saw the skip; a row trigger that counted every row it saw counted 2.
+    @Test func theSameCreateRacingItselfCountsOnce() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "phone"), as: device)
+            let id = UUID()
+            let release = Locked(false)
+            let first = try await db.inAnotherSession(holdingFor: 30, release: release) { conn in
+                try conn.query("SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(device.key.uuidString.lowercased()), true)")
+                try conn.query("""
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
+                    VALUES (\(id), (SELECT d.id FROM devices d WHERE d.key = \(device.key)), '2026-11-20T08:00:00Z', 4)
+                    """)
+            }
+            let second = Task {
+                try await PoopLogRepository(database: database).create(
+                    NewPoopLog(id: id, occurredAt: Date(timeIntervalSince1970: 1_795_161_600), bristolType: 4), as: device)
+            }
+            try await db.waitUntilSessionsWaitOnALock()
+            release.withLock { $0 = true }
+            try await first.value
+            let outcome = try await second.value
+            #expect(outcome.created == false)
+            #expect(try await Self.counts(db, device) == ["1/0"])
+            await database.pool.close()
+        }
+    }
+
+    /// A log insert, a patch and a delete each update the device row once (change number, tokens and counts in one
+    /// version of the row): a second update in the same transaction made a second version and, since that version
+    /// was the transaction's own, a second check of the device's foreign key (a lock on the profile row).
+    @Test func eachLogWriteUpdatesTheDeviceRowOnce() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "phone"), as: device)
+            let logs = PoopLogRepository(database: database)
+            // A tombstone, so that the insert path that looks for one runs too.
+            let gone = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: device).log.id
+            #expect(try await logs.delete(gone, as: device))
+            let updates: [Int] = try await database.asDevice(device) { tx in
+                func devicesUpdated() throws -> Int {
+                    try tx.query("SELECT n_tup_upd::int FROM pg_stat_xact_user_tables WHERE relid = 'devices'::regclass")[0].decode(0, as: Int.self)
+                }
+                var seen: [Int] = [try devicesUpdated()]
+                let id = UUID()
+                try tx.execute("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(id), get_current_device_id(), now(), 4)")
+                seen.append(try devicesUpdated())
+                try tx.execute("UPDATE poop_logs SET bristol_type = 5 WHERE device_id = get_current_device_id() AND id = \(id)")
+                seen.append(try devicesUpdated())
+                try tx.execute("DELETE FROM poop_logs WHERE device_id = get_current_device_id() AND id = \(id)")
+                seen.append(try devicesUpdated())
+                return seen
+            }
+            // Differences: the backend's counts not yet flushed to the shared statistics include earlier transactions'.
+            #expect(zip(updates.dropFirst(), updates).map { $0 - $1 } == [1, 1, 1], "\(updates)")
+            #expect(try await Self.counts(db, device) == ["0/2"])
+            await database.pool.close()
+        }
+    }
+}
