@@ -1,23 +1,20 @@
--- One update of the device row per log written (issue 44). Since 0014 every log insert and delete updated its
+-- One update of the device row per log deleted (issue 44). Since 0014 every log insert and delete updated its
 -- device's row twice: the row trigger (change number, write tokens), then a statement trigger with a transition
 -- table (log and tombstone counts, quotas). The second update is a second version of the same row in the same
 -- transaction, so the foreign key of devices.user_id is checked again (a FOR KEY SHARE lock on the profile row),
--- and the statement trigger's PL/pgSQL and transition-table query cost more than the insert itself: `make bench`'s
--- database floor read 650 µs of PostgreSQL's CPU per create (the bare insert: 129 µs), of which the statement
--- trigger alone was about 480 (pgbench, the create transaction, 8 clients: 2 399 tps with it, 5 740 without).
+-- and the statement trigger's PL/pgSQL and transition-table query cost about as much as the write itself
+-- (pgbench, the create transaction, 8 clients: 2 399 tps with the insert's statement trigger, 5 740 without).
 --
--- Now the row trigger counts too, in its one update:
---   insert  log_count + 1. The statement trigger existed because a BEFORE row trigger also fires for a row that
---           ON CONFLICT DO NOTHING then skips (a create's replay). So, with the device row locked by that update,
---           the trigger looks for the log: if it is there (committed by a transaction that held the same lock before,
---           or written earlier in this one), the insert will be skipped, and the count is taken back (a second
---           update on that path only), the quota is not applied and no tombstone is touched. Otherwise the quota
---           applies (PPQ01) and a tombstone of the same id is deleted (only when the device has any).
---   delete  log_count - 1 and tombstone_count + 1, the tombstone quota (PPQ02) read from the same update. An AFTER
---           row trigger: it fires for rows really deleted.
--- A device being erased is not updated (as in 0021): poopypals_erase_batch takes its deleted logs off log_count
--- once per batch.
--- The statement triggers of 0014 (poop_logs_count_inserts, poop_logs_count_deletes) are dropped.
+-- Deletes: the row trigger (AFTER DELETE: it fires for rows really deleted) now takes log_count - 1 and
+-- tombstone_count + 1 in the update that takes the change number, and applies the tombstone quota (PPQ02) to
+-- what that update returns. poop_logs_count_deletes is dropped. A device being erased is not updated (as in
+-- 0021): poopypals_erase_batch takes its deleted logs off log_count once per batch.
+--
+-- Inserts keep 0023's statement trigger (poop_logs_count_inserts). Counting in the row trigger needs to know
+-- whether ON CONFLICT DO NOTHING will skip the row (a create's replay), and the way tried, a look for the log
+-- after the device lock, is a query under row-level security inside the trigger; any such query there cost about
+-- 300 µs of PostgreSQL's CPU per insert (pgbench: 2 600-2 950 tps with it, 5 270 without; the same look at a
+-- copy of the table without row-level security cost about 40 µs), more than the statement trigger it replaced.
 
 CREATE OR REPLACE FUNCTION poop_logs_track_change() RETURNS trigger
     LANGUAGE plpgsql
@@ -30,7 +27,6 @@ DECLARE
     device uuid;
     seq bigint;
     tokens double precision;
-    logs bigint;
     tombstones bigint;
 BEGIN
     device := CASE WHEN TG_OP = 'DELETE' THEN OLD.device_id ELSE NEW.device_id END;
@@ -41,10 +37,10 @@ BEGIN
     SET change_seq = change_seq + 1,
         write_tokens = least(burst, coalesce(write_tokens + greatest(0, extract(epoch FROM now() - write_tokens_at)) * rate, burst)) - 1,
         write_tokens_at = now(),
-        log_count = log_count + CASE TG_OP WHEN 'INSERT' THEN 1 WHEN 'DELETE' THEN -1 ELSE 0 END,
+        log_count = log_count - CASE TG_OP WHEN 'DELETE' THEN 1 ELSE 0 END,
         tombstone_count = tombstone_count + CASE TG_OP WHEN 'DELETE' THEN 1 ELSE 0 END
     WHERE id = device AND erasing_since IS NULL
-    RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
+    RETURNING change_seq, write_tokens, tombstone_count INTO seq, tokens, tombstones;
     IF tokens < 0 THEN
         RAISE EXCEPTION 'this device writes faster than its limit' USING ERRCODE = 'PPR01',
             DETAIL = ceil(-tokens / greatest(rate, 0.0001))::bigint::text;
@@ -62,31 +58,11 @@ BEGIN
     END IF;
     -- Not the calling device's row: leave it as it is, and let row-level security (42501) refuse it.
     NEW.change_seq := coalesce(seq, NEW.change_seq, 0);
-    IF TG_OP = 'INSERT' AND seq IS NOT NULL THEN
-        -- A new snapshot, taken after the device row's lock: every insert of this device that committed before
-        -- is seen here, so a log that ON CONFLICT will skip is known for what it is.
-        IF EXISTS (SELECT FROM public.poop_logs l WHERE l.device_id = device AND l.id = NEW.id) THEN
-            UPDATE public.devices SET log_count = log_count - 1 WHERE id = device;
-        ELSE
-            quota := coalesce(nullif(current_setting('poopypals.max_logs_per_device', true), '')::bigint, 100000);
-            IF logs > quota THEN
-                RAISE EXCEPTION 'a device may hold at most % logs', quota USING ERRCODE = 'PPQ01';
-            END IF;
-            IF tombstones > 0 THEN
-                DELETE FROM public.poop_log_tombstones t WHERE t.device_id = device AND t.id = NEW.id;
-                IF FOUND THEN
-                    UPDATE public.devices SET tombstone_count = tombstone_count - 1 WHERE id = device;
-                END IF;
-            END IF;
-        END IF;
-    END IF;
     RETURN NEW;
 END
 $$;
 
-DROP TRIGGER poop_logs_count_inserts ON poop_logs;
 DROP TRIGGER poop_logs_count_deletes ON poop_logs;
-DROP FUNCTION poop_logs_count_inserts();
 DROP FUNCTION poop_logs_count_deletes();
 
 -- The erasure's batches take their logs off the device's count (the row trigger leaves an erased device alone).
