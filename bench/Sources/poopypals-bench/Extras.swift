@@ -32,6 +32,15 @@ enum Scaling {
                 ON CONFLICT DO NOTHING
                 """)
             try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
+            // The keys as values for pgbench's scripts (`Scenario.pgDevice`): fake devices' keys, readable by all.
+            try conn.executeScript("""
+                CREATE SCHEMA IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.device_keys (n integer PRIMARY KEY, key uuid NOT NULL);
+                GRANT USAGE ON SCHEMA bench TO PUBLIC; GRANT SELECT ON bench.device_keys TO PUBLIC
+                """)
+            try conn.execute("""
+                INSERT INTO bench.device_keys SELECT n, poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid)
+                FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
+                """)
         }
     }
 

@@ -39,9 +39,14 @@ struct Scenario: Sendable {
         return "00000000-0000-4000-\(group)-" + String(repeating: "0", count: 12 - digits.count) + digits
     }
 
-    /// The key of seeded device n (sql/0010). pgbench cannot hash, so its script derives the key on the server
-    /// (`poopypals_device_key`, about a microsecond of server CPU per call), where our client derives it.
-    static let pgDevice = "poopypals_device_key(('00000000-0000-4000-8000-' || lpad(:n::text, 12, '0'))::uuid)"
+    /// The key of seeded device n (sql/0010), as a value, as our client binds it. pgbench cannot hash, so its
+    /// scripts read the key from `bench.device_keys` (filled by `Scaling.seedDevices`): an index probe, about
+    /// 5 µs of server CPU. Until issue 44 they called `poopypals_device_key` on the server, twice per request
+    /// (context and statement), said to cost "about a microsecond": measured, 30 µs a call (a SQL function with a
+    /// SET clause is not inlined, and its body is parsed at every call; pgbench of the bare call, 8 clients:
+    /// 44 µs of PostgreSQL CPU per call against 14 for the same statement without it), so pgbench's side of
+    /// every ratio carried about 60 µs of work ours did not.
+    static let pgDevice = "(SELECT k.key FROM bench.device_keys k WHERE k.n = :n)"
     /// The device's stable id, found by its key in the statement itself, as every repository statement does (sql/0021).
     static let pgDeviceID = "(SELECT d.id FROM devices d WHERE d.key = \(pgDevice))"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
