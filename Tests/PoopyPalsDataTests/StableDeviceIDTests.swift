@@ -88,7 +88,9 @@ struct StableDeviceIDTests {
     /// the erasure had just deleted, linked to the device being erased.)
     @Test func aProfileCallRacingTheErasureCreatesNothing() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 2))
+            // A lock timeout longer than the test's wait-then-release can take under make test's load (the default
+            // 2 s ran out once, PostgreSQL 18): what is tested is what the call finds after the wait.
+            let database = Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(30), lock: .seconds(25)))
             let device = try DeviceID(UUID())
             _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "phone"), as: device)
             try await db.seedLogs(deviceKey: device.key, count: 5)
