@@ -130,10 +130,13 @@ fi
 
 echo
 if [ ${#failed[@]} -gt 0 ]; then
-  # Swift Testing marks a failed test and each of its issues with ✘; the lines after an issue say where and what.
+  # Swift Testing marks each issue of a failed test with ✘ … recorded an issue, followed by its ↳ lines (what was
+  # expected, the comment). Only those, compact: CI shows the end of the run, and the lines of passing tests that
+  # ran beside a failure once pushed another failure's issue off that screen (CI of stop 49).
   for log in "$logs"/*.log; do
     [ -e "$log" ] || continue
-    grep -A4 '✘' "$log" | grep -v '^--$' | head -60 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
+    awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^[[:space:]]*↳/ { print; next } { more = 0 }' "$log" \
+      | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2
   exit 1
