@@ -178,8 +178,9 @@ struct UserRepositoryTests {
 
     @Test func aRaceWithTheSameSubjectInsideAnOpenTransactionIsSuccess() async throws {
         try await TestDatabase.withMigrated { db in
-            // The insert waits for the other session's commit: give it more than the default 2 s lock timeout.
-            let database = Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(10), lock: .seconds(10)))
+            // The insert waits for the other session's commit, released once the test has seen it wait: more than the
+            // default 2 s lock timeout, and room for make test's load.
+            let database = Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25)))
             let users = UserRepository(database: database)
             let id = UUID()
             let device = try await Self.device(database)

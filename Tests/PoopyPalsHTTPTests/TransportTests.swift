@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import PoopyPalsData
 @testable import PoopyPalsHTTP
 import Testing
 import TestSupport
@@ -98,7 +99,12 @@ struct TransportTests {
     /// timed out as a begun request: 408 once the answer is out and the timeout has passed, not a silent close as
     /// for an idle connection. (The socket is read while a request is answered: what came then counts.)
     @Test func aRequestBegunWhileTheOneBeforeIsAnsweredGets408() async throws {
-        try await TestDatabase.withAPI(configure: { $0.requestTimeout = .seconds(1) }) { api, db in
+        // The list waits on the lock until it is released: not with the default 2 s lock timeout, which ran out once
+        // under make test's load before the test had seen it wait (it then waited 30 s for a waiting session).
+        try await TestDatabase.withAPI(configure: {
+            $0.requestTimeout = .seconds(1)
+            $0.timeouts = RequestTimeouts(statement: .seconds(25), lock: .seconds(25))
+        }) { api, db in
             let port = try #require(api.base.port)
             let device = UUID()
             #expect(try await Self.register(device, on: db) == 201)
