@@ -1,0 +1,264 @@
+import Foundation
+import PostgresClient
+import Testing
+import TestSupport
+
+/// What a real Citus cluster (scripts/citus.sh: a coordinator and two workers) does with the mechanisms our schema
+/// and request context rest on: the facts docs/scaling.md's plan assumed, each checked here (issue 45). They hold
+/// or fail on Citus itself, so a Citus upgrade that changes one fails here first. Each test works in a schema of its
+/// own on the coordinator, as the app's non-superuser owner (`POOPYPALS_TEST_CITUS_URL`, from `scripts/citus.sh url`).
+@Suite("Citus: what the cluster carries to its workers", .serialized, .enabled(if: CitusCluster.url != nil, "needs POOPYPALS_TEST_CITUS_URL (scripts/citus.sh url)"))
+struct CitusTests {
+    /// The plan said `set_config('app.device_id', …, true)` travels with each distributed transaction. It does
+    /// not: the worker's policy sees no device and refuses the device's own row. `SET LOCAL`, with
+    /// `citus.propagate_set_commands = 'local'`, is carried, and the policy then holds on the shard both ways.
+    @Test func aSettingMadeWithSetConfigNeverReachesAWorkerButSetLocalDoes() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+                CREATE POLICY own ON \(schema).logs USING (device = current_setting('app.device_id', true))
+                    WITH CHECK (device = current_setting('app.device_id', true));
+                """)
+            let refused = CitusCluster.error {
+                try conn.transaction { tx in
+                    try tx.query("SELECT set_config('app.device_id', 'a', true)")
+                    try tx.executeScript("INSERT INTO \(schema).logs VALUES ('a', 1)")
+                }
+            }
+            #expect(refused?.contains("row-level security policy") == true, "\(refused ?? "no error")")
+
+            for device in ["a", "b"] {
+                try conn.transaction { tx in
+                    try CitusCluster.run(tx, "SET LOCAL citus.propagate_set_commands = 'local'", "SET LOCAL app.device_id = '\(device)'")
+                    try tx.executeScript("INSERT INTO \(schema).logs VALUES ('\(device)', 1)")
+                }
+            }
+            let seen = try conn.transaction { tx in
+                try CitusCluster.run(tx, "SET LOCAL citus.propagate_set_commands = 'local'", "SET LOCAL app.device_id = 'a'")
+                return try tx.executeScript("SELECT device FROM \(schema).logs").map { try $0.decode(0, as: String.self) }
+            }
+            #expect(seen == ["a"])
+            let forged = CitusCluster.error {
+                try conn.transaction { tx in
+                    try CitusCluster.run(tx, "SET LOCAL citus.propagate_set_commands = 'local'", "SET LOCAL app.device_id = 'a'")
+                    try tx.executeScript("INSERT INTO \(schema).logs VALUES ('b', 2)")
+                }
+            }
+            #expect(forged?.contains("row-level security policy") == true, "\(forged ?? "no error")")
+        }
+    }
+
+    /// The plan had each transaction switch to a NOLOGIN service role. Citus opens its connections to the workers
+    /// as the role the transaction switched to, so that role must be able to log in to every worker with
+    /// credentials the coordinator holds; the owner, whose password the coordinator has, reads the same shard.
+    @Test func aWorkerIsReachedAsTheRoleTheTransactionSwitchedTo() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            let role = "\(schema)_service"
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                CREATE ROLE \(role) NOLOGIN;
+                GRANT \(role) TO CURRENT_USER;
+                GRANT USAGE ON SCHEMA \(schema) TO \(role);
+                GRANT SELECT ON \(schema).logs TO \(role);
+                """)
+            defer { _ = try? CitusCluster.run(conn, "DROP OWNED BY \(role)", "DROP ROLE \(role)") }
+            #expect(try conn.executeScript("SELECT count(*) FROM \(schema).logs WHERE device = 'a'")[0].decode(0, as: Int.self) == 0)
+            let switched = CitusCluster.error {
+                try conn.transaction { tx in
+                    try tx.query("SELECT set_config('role', \(role), true)")
+                    _ = try tx.executeScript("SELECT count(*) FROM \(schema).logs WHERE device = 'a'")
+                }
+            }
+            #expect(switched?.contains("connection to the remote node \(role)@") == true, "\(switched ?? "no error")")
+        }
+    }
+
+    /// Our policies were written `device_id = (SELECT get_current_device_id())`, for a value computed once per
+    /// statement. Citus refuses to propagate a policy with a sub-select; the plain call is accepted.
+    @Test func aPolicyWithASubSelectIsRefusedOnADistributedTable() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                CREATE FUNCTION \(schema).current_device() RETURNS text LANGUAGE sql STABLE
+                    AS $$SELECT current_setting('app.device_id', true)$$;
+                """)
+            let refused = CitusCluster.error {
+                try conn.executeScript("CREATE POLICY own ON \(schema).logs USING (device = (SELECT \(schema).current_device()))")
+            }
+            #expect(refused?.contains("unexpected non-SELECT command in SubLink") == true, "\(refused ?? "no error")")
+            try conn.executeScript("CREATE POLICY own ON \(schema).logs USING (device = \(schema).current_device())")
+        }
+    }
+
+    /// The change-numbering trigger updates the device row from a log row. Citus refuses triggers on distributed
+    /// tables unless `citus.enable_unsafe_triggers` is on; with it, a trigger on a shard updates the co-located
+    /// shard of the other table (same device, same node).
+    @Test func aTriggerOnADistributedTableNeedsUnsafeTriggersAndThenUpdatesTheColocatedShard() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).devices (device text PRIMARY KEY, writes int NOT NULL DEFAULT 0);
+                SELECT create_distributed_table('\(schema).devices', 'device');
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device', colocate_with => '\(schema).devices');
+                CREATE FUNCTION \(schema).count_write() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    UPDATE \(schema).devices SET writes = writes + 1 WHERE device = NEW.device;
+                    RETURN NEW;
+                END $$;
+                """)
+            let refused = CitusCluster.error {
+                try conn.executeScript("CREATE TRIGGER count_write AFTER INSERT ON \(schema).logs FOR EACH ROW EXECUTE FUNCTION \(schema).count_write()")
+            }
+            #expect(refused?.contains("triggers are not supported on distributed tables") == true, "\(refused ?? "no error")")
+            try conn.transaction { tx in
+                try CitusCluster.run(tx, "SET LOCAL citus.enable_unsafe_triggers = on",
+                                     "CREATE TRIGGER count_write AFTER INSERT ON \(schema).logs FOR EACH ROW EXECUTE FUNCTION \(schema).count_write()")
+            }
+            try CitusCluster.script(conn, """
+                INSERT INTO \(schema).devices (device) VALUES ('a'), ('b');
+                INSERT INTO \(schema).logs VALUES ('a', 1);
+                INSERT INTO \(schema).logs VALUES ('a', 2);
+                INSERT INTO \(schema).logs VALUES ('b', 1);
+                """)
+            let writes = try conn.executeScript("SELECT device, writes FROM \(schema).devices ORDER BY device")
+                .map { "\(try $0.decode(0, as: String.self))=\(try $0.decode(1, as: Int.self))" }
+            #expect(writes == ["a=2", "b=1"])
+        }
+    }
+
+    /// A policy must find the device from its secret key. A function that reads another table, even a reference
+    /// table with a copy on every node, is refused inside a query on a shard ("cannot execute a distributed query
+    /// from a query on a shard") unless that function allows nested execution; then the key is checked on the
+    /// worker, from its local copy, and the policy holds both ways.
+    @Test func aPolicyFunctionReadingAReferenceTableRunsOnTheShardsOnlyWithNestedExecutionAllowed() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).keys (key text PRIMARY KEY, device text NOT NULL);
+                SELECT create_reference_table('\(schema).keys');
+                INSERT INTO \(schema).keys VALUES ('secret-a', 'a'), ('secret-b', 'b');
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+                CREATE FUNCTION \(schema).current_device() RETURNS text LANGUAGE sql STABLE
+                    AS $$SELECT device FROM \(schema).keys WHERE key = current_setting('app.device_id', true)$$;
+                CREATE POLICY own ON \(schema).logs USING (device = \(schema).current_device())
+                    WITH CHECK (device = \(schema).current_device());
+                """)
+            let context = ["SET LOCAL citus.propagate_set_commands = 'local'", "SET LOCAL app.device_id = 'secret-a'"]
+            let nested = CitusCluster.error {
+                try conn.transaction { tx in
+                    try CitusCluster.run(tx, context)
+                    try tx.executeScript("INSERT INTO \(schema).logs VALUES ('a', 1)")
+                }
+            }
+            #expect(nested?.contains("cannot execute a distributed query from a query on a shard") == true, "\(nested ?? "no error")")
+
+            try conn.executeScript("ALTER FUNCTION \(schema).current_device() SET citus.allow_nested_distributed_execution = on")
+            let seen = try conn.transaction { tx in
+                try CitusCluster.run(tx, context)
+                try tx.executeScript("INSERT INTO \(schema).logs VALUES ('a', 1)")
+                return try tx.executeScript("SELECT device FROM \(schema).logs WHERE device IN ('a', 'b')").map { try $0.decode(0, as: String.self) }
+            }
+            #expect(seen == ["a"])
+            let forged = CitusCluster.error {
+                try conn.transaction { tx in
+                    try CitusCluster.run(tx, context)
+                    try tx.executeScript("INSERT INTO \(schema).logs VALUES ('b', 1)")
+                }
+            }
+            #expect(forged?.contains("row-level security policy") == true, "\(forged ?? "no error")")
+        }
+    }
+
+    /// A statement that names the distribution column's value is routed to one shard (one task on one worker);
+    /// without it, it goes to every shard. Every repository statement names its device for this reason.
+    @Test func aStatementNamingItsDeviceRunsOnOneShard() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                """)
+            #expect(try CitusCluster.tasks(conn, "SELECT * FROM \(schema).logs WHERE device = 'a'") == 1)
+            #expect(try CitusCluster.tasks(conn, "UPDATE \(schema).logs SET id = id WHERE device = 'a' AND id = 1") == 1)
+            let shards = try conn.query("SELECT current_setting('citus.shard_count')::int")[0].decode(0, as: Int.self)
+            #expect(try CitusCluster.tasks(conn, "SELECT * FROM \(schema).logs WHERE id = 1") == shards)
+        }
+    }
+}
+
+/// The Citus coordinator the tests may use, and helpers for them.
+enum CitusCluster {
+    static var url: String? {
+        ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_URL"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// Runs `body` on a connection to the coordinator in a schema of its own, dropped afterwards (on every node:
+    /// Citus propagates it).
+    static func inSchema(_ body: @escaping @Sendable (Connection, String) throws -> Void) async throws {
+        let url = try #require(url)
+        let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
+                                                       maxConnections: 1))
+        let schema = "citus_t_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        do {
+            try await pool.withConnection { conn in
+                try conn.executeScript("CREATE SCHEMA \(schema)")
+                defer { _ = try? conn.executeScript("DROP SCHEMA \(schema) CASCADE") }
+                try body(conn, schema)
+            }
+        } catch {
+            await pool.close()
+            throw error
+        }
+        await pool.close()
+    }
+
+    /// Runs each statement on its own (a multi-statement script is one transaction, and Citus refuses some DDL
+    /// after a parallel operation on a distributed table in the same transaction).
+    static func run(_ conn: Connection, _ statements: String...) throws {
+        try run(conn, statements)
+    }
+
+    static func run(_ conn: Connection, _ statements: [String]) throws {
+        for statement in statements { _ = try conn.executeScript(statement) }
+    }
+
+    /// `script`'s statements, one by one: split at a semicolon that ends a line outside a dollar-quoted body.
+    static func script(_ conn: Connection, _ script: String) throws {
+        var statements: [String] = []
+        var current = ""
+        var inBody = false
+        for line in script.split(separator: "\n", omittingEmptySubsequences: false) {
+            current += line + "\n"
+            if line.components(separatedBy: "$$").count % 2 == 0 { inBody.toggle() }
+            if !inBody && line.trimmingCharacters(in: .whitespaces).hasSuffix(";") {
+                statements.append(current)
+                current = ""
+            }
+        }
+        if !current.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty { statements.append(current) }
+        try run(conn, statements)
+    }
+
+    /// The message of the error `body` throws, or nil when it succeeds.
+    static func error(_ body: () throws -> Void) -> String? {
+        do {
+            try body()
+            return nil
+        } catch {
+            return PostgresError.find(in: error)?.message ?? "\(error)"
+        }
+    }
+
+    /// How many tasks (shard queries) Citus plans for `sql`.
+    static func tasks(_ conn: Connection, _ sql: String) throws -> Int? {
+        let plan = try conn.executeScript("EXPLAIN (COSTS OFF) " + sql).map { try $0.decode(0, as: String.self) }
+        return plan.lazy.compactMap { line -> Int? in
+            guard let range = line.range(of: "Task Count: ") else { return nil }
+            return Int(line[range.upperBound...].trimmingCharacters(in: .whitespaces))
+        }.first
+    }
+}

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# A throw-away Citus cluster for tests and benchmarks: a coordinator and two workers (PostgreSQL 15 + Citus), on
+# 127.0.0.1 only, run as the `postgres` user when we are root, state in .citus/ (under /tmp when the `postgres`
+# user cannot enter the checkout), like scripts/db.sh.
+#
+#   scripts/citus.sh install  make sure Citus is installed for the system PostgreSQL (15–17): an installed Citus
+#                             (Citus's own packages) is used as it is; else it is built once per machine from
+#                             ../shared/vendor/citus-13.2.2.tar.gz (or POOPYPALS_CITUS_TARBALL), with the patches
+#                             in scripts/citus/, cached in /var/cache/poopypals (rebuilt when the tarball changes).
+#                             Exits 3 saying why ("NOT RUN: …") when it cannot: not root, no tarball, a failed build.
+#   scripts/citus.sh start    install, then ensure the cluster runs; print the coordinator's URL (the app's
+#                             non-superuser owner, as scripts/db.sh's) on stdout
+#   scripts/citus.sh url      the coordinator's URL
+#   scripts/citus.sh superuser-url  the coordinator's superuser over its private socket (for tests)
+#   scripts/citus.sh status   what runs, and the workers the coordinator knows
+#   scripts/citus.sh stop     stop the three servers (data kept)
+#   scripts/citus.sh reset    stop them and delete their data
+#
+# Installing postgresql-server-dev-15 (needed to build) upgrades Debian's PostgreSQL 15 to the current minor: a
+# PostgreSQL 15 server that runs then must be restarted. `make test` installs before it starts any server.
+set -euo pipefail
+
+say() { echo "citus: $*" >&2; }
+die() { echo "citus: error: $*" >&2; exit 1; }
+not_run() { echo "citus: NOT RUN: $*" >&2; exit 3; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+. "$ROOT/scripts/lib/common.sh"
+# The source: beside the checkout (../shared/vendor), or beside the checkout this one was cloned from.
+find_tarball() {
+  local origin candidate
+  origin=$(git -C "$ROOT" config --get remote.origin.url 2>/dev/null || true)
+  for candidate in "$ROOT/../shared/vendor/citus-13.2.2.tar.gz" ${origin:+"$origin/../shared/vendor/citus-13.2.2.tar.gz"}; do
+    [ -f "$candidate" ] && { echo "$candidate"; return 0; }
+  done
+  echo "$ROOT/../shared/vendor/citus-13.2.2.tar.gz"
+}
+TARBALL=${POOPYPALS_CITUS_TARBALL:-$(find_tarball)}
+CACHE=${POOPYPALS_CITUS_CACHE:-/var/cache/poopypals}
+STATE=${POOPYPALS_CITUS_DIR:-$ROOT/.citus}
+BASE_PORT=${POOPYPALS_CITUS_PORT:-55460}
+NODES=(coordinator worker1 worker2)
+
+# The system PostgreSQL's pg_config that Citus 13.2 supports (15–17), newest first.
+find_pg_config() {
+  local candidate major
+  for candidate in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) "$(dirname "$(command -v pg_config 2>/dev/null || echo /x/x)")"; do
+    [ -x "$candidate/pg_config" ] || continue
+    major=$("$candidate/pg_config" --version | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p')
+    case "$major" in 15|16|17) echo "$candidate/pg_config"; return 0 ;; esac
+  done
+  return 1
+}
+
+# pg_config --version's major (15), or nothing.
+pg_major() { "$1" --version | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p'; }
+
+citus_installed() { [ -f "$("$1" --pkglibdir)/citus.so" ] && [ -f "$("$1" --sharedir)/extension/citus.control" ]; }
+
+install_citus() {
+  local pg_config
+  # Debian's server binaries come without pg_config until postgresql-server-dev (or libpq-dev's /usr/bin one).
+  pg_config=$(find_pg_config) || true
+  local stamp_dir=$CACHE
+  if [ -n "$pg_config" ] && citus_installed "$pg_config"; then
+    local stamp; stamp=$(cat "$CACHE/citus-installed" 2>/dev/null || true)
+    # Installed by someone else (Citus's packages): theirs is used. Installed by us: current unless the tarball changed.
+    if [ -z "$stamp" ]; then return 0; fi
+    if [ -f "$TARBALL" ] && [ "$stamp" = "$(tarball_key "$pg_config")" ]; then return 0; fi
+    if [ ! -f "$TARBALL" ]; then return 0; fi
+    say "the Citus source changed since it was built here: rebuilding"
+  fi
+  [ -f "$TARBALL" ] || not_run "no Citus installed and no source at $TARBALL (install Citus from its packages: https://docs.citusdata.com)"
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    || not_run "no Citus installed; building it needs root on Debian/Ubuntu (or install Citus from its packages)"
+  local major
+  if [ -z "$pg_config" ]; then
+    major=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sed -nE 's|.*/postgresql/([0-9]+)/bin|\1|p' | sort -n | awk '$1>=15 && $1<=17' | tail -1)
+    [ -n "$major" ] || not_run "no PostgreSQL 15, 16 or 17 server installed (Citus 13.2 supports those)"
+  else
+    major=$(pg_major "$pg_config")
+  fi
+  local packages=(postgresql-server-dev-"$major" build-essential liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev
+                  libxslt1-dev libpam0g-dev libssl-dev libicu-dev libreadline-dev)
+  local missing=() p
+  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]} (PostgreSQL $major moves to its current minor: restart any server of it that runs)"
+    apt_install "${missing[@]}"
+  fi
+  pg_config=/usr/lib/postgresql/$major/bin/pg_config
+  [ -x "$pg_config" ] || die "$pg_config missing after installing postgresql-server-dev-$major"
+  local key; key=$(tarball_key "$pg_config")
+  local build="$CACHE/citus-build-$key"
+  mkdir -p "$CACHE"
+  rm -rf "$build"; mkdir -p "$build"
+  say "building Citus from $(basename "$TARBALL") for PostgreSQL $major in $build (a few minutes; once per machine)"
+  tar -xzf "$TARBALL" -C "$build" --strip-components=1
+  local patch
+  for patch in "$ROOT"/scripts/citus/*.patch; do
+    [ -e "$patch" ] || continue
+    patch -d "$build" -p1 --forward --silent <"$patch" >>"$build/build.log" 2>&1 \
+      || { tail -5 "$build/build.log" >&2; not_run "patch $(basename "$patch") does not apply to $(basename "$TARBALL")"; }
+  done
+  ( cd "$build" && PG_CONFIG=$pg_config ./configure --without-libcurl && make -j"$(nproc)" && make install ) >>"$build/build.log" 2>&1 \
+    || { tail -20 "$build/build.log" >&2; not_run "building Citus failed (log: $build/build.log)"; }
+  echo "$key" >"$CACHE/citus-installed"
+  say "Citus installed into $("$pg_config" --pkglibdir)"
+}
+
+# What a build depends on: the source's checksum, the patches and the major version it is built for (an
+# extension built for 15.x serves every 15.y).
+tarball_key() {
+  { sha256sum "$TARBALL" | cut -c1-64; cat "$ROOT"/scripts/citus/*.patch 2>/dev/null; pg_major "$1"; } | sha256sum | cut -c1-16
+}
+
+# The cluster's state: under /tmp when the postgres user cannot enter the checkout (one folder per checkout).
+locate_state() {
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
+    STATE=/tmp/poopypals-citus-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+  fi
+}
+
+bindir() { cat "$STATE/bindir"; }
+node_port() { cat "$STATE/$1/port"; }
+node_running() { [ -f "$STATE/$1/data/postmaster.pid" ] && as_owner "$(bindir)/pg_ctl" -D "$STATE/$1/data" status >/dev/null 2>&1; }
+
+# psql as the superuser over the private socket of node $1, database $2; SQL on stdin, psql's -v after.
+node_psql() {
+  local node=$1 database=$2; shift 2
+  as_owner "$(bindir)/psql" -q -X -A -t -v ON_ERROR_STOP=1 -h "$STATE/run" -p "$(node_port "$node")" -U postgres -d "$database" "$@"
+}
+
+start_node() {
+  local node=$1
+  node_running "$node" && return 0
+  # Citus opens connections between the nodes as the session's user, with the passwords in this file.
+  as_owner env PGPASSFILE="$STATE/pgpass" "$(bindir)/pg_ctl" -D "$STATE/$node/data" -l "$STATE/$node/server.log" -w -t 60 start >/dev/null \
+    || { as_owner tail -20 "$STATE/$node/server.log" >&2 || true; die "the $node did not start"; }
+}
+
+init_cluster() {
+  local pg_config; pg_config=$(find_pg_config) || die "no pg_config of PostgreSQL 15–17"
+  [ "$(id -u)" != 0 ] || id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user"
+  rm -rf "$STATE"; mkdir -p "$STATE/run"
+  "$pg_config" --bindir >"$STATE/bindir"
+  local password super port node
+  password=$(random_hex 24); super=$(random_hex 24)
+  port=$BASE_PORT
+  for node in "${NODES[@]}"; do
+    port=$(first_free_port "$port")
+    mkdir -p "$STATE/$node"; echo "$port" >"$STATE/$node/port"
+    port=$((port + 1))
+  done
+  # Only for the nodes' connections to each other, over 127.0.0.1.
+  printf '127.0.0.1:*:*:poopypals:%s\n127.0.0.1:*:*:postgres:%s\n' "$password" "$super" >"$STATE/pgpass"
+  chmod 600 "$STATE/pgpass"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE"
+  chmod 700 "$STATE" "$STATE/run"
+  for node in "${NODES[@]}"; do
+    say "initialising the $node in $STATE/$node/data (port $(node_port "$node"))"
+    as_owner "$(bindir)/initdb" -D "$STATE/$node/data" -U postgres -E UTF8 --locale=C.UTF-8 \
+      --auth-local=trust --auth-host=scram-sha-256 >"$STATE/$node/initdb.log" 2>&1 \
+      || { cat "$STATE/$node/initdb.log" >&2; die "initdb failed"; }
+    # Throw-away, local-only, fast (never in production). wal_level logical: moving shards (the rebalancer)
+    # replicates them logically. Prepared transactions: Citus commits a multi-node write with two-phase commit.
+    as_owner tee -a "$STATE/$node/data/postgresql.conf" >/dev/null <<CONF
+
+# --- poopypals throw-away Citus node ($node) ---
+shared_preload_libraries = 'citus'
+listen_addresses = '127.0.0.1'
+port = $(node_port "$node")
+unix_socket_directories = '$STATE/run'
+unix_socket_permissions = 0700
+max_connections = 400
+shared_buffers = 128MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+wal_level = logical
+max_prepared_transactions = 200
+max_wal_senders = 10
+max_replication_slots = 10
+log_min_messages = warning
+citus.node_conninfo = 'sslmode=prefer'
+CONF
+    start_node "$node"
+    node_psql "$node" postgres -v pw="$password" -v super="$super" >/dev/null <<'SQL'
+ALTER ROLE postgres PASSWORD :'super';
+CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
+CREATE DATABASE poopypals OWNER poopypals;
+SQL
+    node_psql "$node" poopypals >/dev/null <<<"CREATE EXTENSION citus;"
+  done
+  node_psql coordinator poopypals >/dev/null <<SQL
+SELECT citus_set_coordinator_host('127.0.0.1', $(node_port coordinator));
+SELECT citus_add_node('127.0.0.1', $(node_port worker1));
+SELECT citus_add_node('127.0.0.1', $(node_port worker2));
+SQL
+  umask 077
+  echo "postgresql://poopypals:${password}@127.0.0.1:$(node_port coordinator)/poopypals" >"$STATE/url"
+  say "Citus running: coordinator 127.0.0.1:$(node_port coordinator), workers $(node_port worker1) and $(node_port worker2)"
+}
+
+stop_cluster() {
+  local node
+  for node in "${NODES[@]}"; do
+    if [ -f "$STATE/bindir" ] && node_running "$node"; then
+      as_owner "$(bindir)/pg_ctl" -D "$STATE/$node/data" -m fast -w -t 60 stop >/dev/null && say "$node stopped"
+    fi
+  done
+  return 0
+}
+
+cmd=${1:-start}
+locate_state
+case "$cmd" in
+  install) install_citus ;;
+  start)
+    install_citus
+    if [ ! -f "$STATE/url" ]; then
+      init_cluster
+    else
+      for node in "${NODES[@]}"; do start_node "$node"; done
+      say "Citus running: coordinator 127.0.0.1:$(node_port coordinator)"
+    fi
+    cat "$STATE/url" ;;
+  url) [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"; cat "$STATE/url" ;;
+  superuser-url)
+    [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
+    echo "postgresql:///poopypals?host=$STATE/run&port=$(node_port coordinator)&user=postgres" ;;
+  status)
+    if [ ! -f "$STATE/url" ]; then say "no Citus cluster in $STATE"; exit 0; fi
+    for node in "${NODES[@]}"; do
+      if node_running "$node"; then say "$node: running on 127.0.0.1:$(node_port "$node")"; else say "$node: stopped"; fi
+    done
+    node_running coordinator && node_psql coordinator poopypals <<<"SELECT 'worker ' || nodename || ':' || nodeport || CASE WHEN isactive THEN ' active' ELSE ' inactive' END FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeport" >&2
+    ;;
+  stop) stop_cluster ;;
+  reset) stop_cluster; rm -rf "$STATE"; say "data removed" ;;
+  *) die "unknown command $cmd (install, start, url, superuser-url, status, stop, reset)" ;;
+esac
