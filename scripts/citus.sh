@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A throw-away Citus cluster for tests and benchmarks: a coordinator and two workers (PostgreSQL 15 + Citus), on
 # 127.0.0.1 only, run as the `postgres` user when we are root, state in .citus/ (under /tmp when the `postgres`
-# user cannot enter the checkout), like scripts/db.sh.
+# user cannot enter the checkout), like scripts/db.sh. The nodes reach each other over a private socket folder
+# (trust, the postgres user's alone), so the service's roles need no password between them.
 #
 #   scripts/citus.sh install  make sure Citus is installed for the system PostgreSQL (15–17): an installed Citus
 #                             (Citus's own packages) is used as it is; else it is built once per machine from
@@ -26,6 +27,7 @@ not_run() { echo "citus: NOT RUN: $*" >&2; exit 3; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/scripts/lib/common.sh"
+cd /  # every path here is absolute; the postgres user may not be able to enter the caller's folder
 # The source: beside the checkout (../shared/vendor), or beside the checkout this one was cloned from.
 find_tarball() {
   local origin candidate
@@ -128,35 +130,38 @@ node_running() { [ -f "$STATE/$1/data/postmaster.pid" ] && as_owner "$(bindir)/p
 # psql as the superuser over the private socket of node $1, database $2; SQL on stdin, psql's -v after.
 node_psql() {
   local node=$1 database=$2; shift 2
-  as_owner "$(bindir)/psql" -q -X -A -t -v ON_ERROR_STOP=1 -h "$STATE/run" -p "$(node_port "$node")" -U postgres -d "$database" "$@"
+  as_owner "$(bindir)/psql" -q -X -A -t -v ON_ERROR_STOP=1 -h "$(cat "$STATE/sockets")" -p "$(node_port "$node")" -U postgres -d "$database" "$@"
 }
 
 start_node() {
   local node=$1
   node_running "$node" && return 0
-  # Citus opens connections between the nodes as the session's user, with the passwords in this file.
-  as_owner env PGPASSFILE="$STATE/pgpass" "$(bindir)/pg_ctl" -D "$STATE/$node/data" -l "$STATE/$node/server.log" -w -t 60 start >/dev/null \
+  mkdir -p "$(cat "$STATE/sockets")"; [ "$(id -u)" = 0 ] && chown postgres: "$(cat "$STATE/sockets")"
+  as_owner "$(bindir)/pg_ctl" -D "$STATE/$node/data" -l "$STATE/$node/server.log" -w -t 60 start >/dev/null \
     || { as_owner tail -20 "$STATE/$node/server.log" >&2 || true; die "the $node did not start"; }
 }
 
 init_cluster() {
   local pg_config; pg_config=$(find_pg_config) || die "no pg_config of PostgreSQL 15–17"
   [ "$(id -u)" != 0 ] || id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user"
-  rm -rf "$STATE"; mkdir -p "$STATE/run"
+  rm -rf "$STATE"; mkdir -p "$STATE"
   "$pg_config" --bindir >"$STATE/bindir"
-  local password super port node
-  password=$(random_hex 24); super=$(random_hex 24)
+  # The nodes reach each other over this private socket folder (the postgres user's alone, trust), not over TCP:
+  # Citus connects to a worker as the role the transaction switched to, and the service's roles have no password
+  # (over TCP they cannot log in at all). Unix socket paths are limited to ~107 bytes.
+  local sockets="$STATE/run"
+  if [ ${#sockets} -gt 80 ]; then sockets=$(mktemp -d /tmp/poopypals-citus-sock.XXXXXX); fi
+  mkdir -p "$sockets"; echo "$sockets" >"$STATE/sockets"
+  local password port node
+  password=$(random_hex 24)
   port=$BASE_PORT
   for node in "${NODES[@]}"; do
     port=$(first_free_port "$port")
     mkdir -p "$STATE/$node"; echo "$port" >"$STATE/$node/port"
     port=$((port + 1))
   done
-  # Only for the nodes' connections to each other, over 127.0.0.1.
-  printf '127.0.0.1:*:*:poopypals:%s\n127.0.0.1:*:*:postgres:%s\n' "$password" "$super" >"$STATE/pgpass"
-  chmod 600 "$STATE/pgpass"
-  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE"
-  chmod 700 "$STATE" "$STATE/run"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$sockets"
+  chmod 700 "$STATE" "$sockets"
   for node in "${NODES[@]}"; do
     say "initialising the $node in $STATE/$node/data (port $(node_port "$node"))"
     as_owner "$(bindir)/initdb" -D "$STATE/$node/data" -U postgres -E UTF8 --locale=C.UTF-8 \
@@ -170,8 +175,9 @@ init_cluster() {
 shared_preload_libraries = 'citus'
 listen_addresses = '127.0.0.1'
 port = $(node_port "$node")
-unix_socket_directories = '$STATE/run'
+unix_socket_directories = '$sockets'
 unix_socket_permissions = 0700
+citus.local_hostname = '$sockets'
 max_connections = 400
 shared_buffers = 128MB
 fsync = off
@@ -185,17 +191,16 @@ log_min_messages = warning
 citus.node_conninfo = 'sslmode=prefer'
 CONF
     start_node "$node"
-    node_psql "$node" postgres -v pw="$password" -v super="$super" >/dev/null <<'SQL'
-ALTER ROLE postgres PASSWORD :'super';
+    node_psql "$node" postgres -v pw="$password" >/dev/null <<'SQL'
 CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
 CREATE DATABASE poopypals OWNER poopypals;
 SQL
     node_psql "$node" poopypals >/dev/null <<<"CREATE EXTENSION citus;"
   done
-  node_psql coordinator poopypals >/dev/null <<SQL
-SELECT citus_set_coordinator_host('127.0.0.1', $(node_port coordinator));
-SELECT citus_add_node('127.0.0.1', $(node_port worker1));
-SELECT citus_add_node('127.0.0.1', $(node_port worker2));
+  node_psql coordinator poopypals -v sockets="$sockets" >/dev/null <<SQL
+SELECT citus_set_coordinator_host(:'sockets', $(node_port coordinator));
+SELECT citus_add_node(:'sockets', $(node_port worker1));
+SELECT citus_add_node(:'sockets', $(node_port worker2));
 SQL
   umask 077
   echo "postgresql://poopypals:${password}@127.0.0.1:$(node_port coordinator)/poopypals" >"$STATE/url"
@@ -228,13 +233,13 @@ case "$cmd" in
   url) [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"; cat "$STATE/url" ;;
   superuser-url)
     [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
-    echo "postgresql:///poopypals?host=$STATE/run&port=$(node_port coordinator)&user=postgres" ;;
+    echo "postgresql:///poopypals?host=$(cat "$STATE/sockets")&port=$(node_port coordinator)&user=postgres" ;;
   status)
     if [ ! -f "$STATE/url" ]; then say "no Citus cluster in $STATE"; exit 0; fi
     for node in "${NODES[@]}"; do
       if node_running "$node"; then say "$node: running on 127.0.0.1:$(node_port "$node")"; else say "$node: stopped"; fi
     done
-    node_running coordinator && node_psql coordinator poopypals <<<"SELECT 'worker ' || nodename || ':' || nodeport || CASE WHEN isactive THEN ' active' ELSE ' inactive' END FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeport" >&2
+    node_running coordinator && node_psql coordinator poopypals <<<"SELECT 'worker ' || nodename || ' port ' || nodeport || CASE WHEN isactive THEN ' active' ELSE ' inactive' END FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeport" >&2
     ;;
   stop) stop_cluster ;;
   reset) stop_cluster; rm -rf "$STATE"; say "data removed" ;;

@@ -51,8 +51,9 @@ struct CitusTests {
     }
 
     /// The plan had each transaction switch to a NOLOGIN service role. Citus opens its connections to the workers
-    /// as the role the transaction switched to, so that role must be able to log in to every worker with
-    /// credentials the coordinator holds; the owner, whose password the coordinator has, reads the same shard.
+    /// as the role the transaction switched to, so that role must be able to log in to every worker. Here the nodes
+    /// reach each other over a socket folder only the cluster's own user can enter (scripts/citus.sh), so a LOGIN
+    /// role without a password serves, and still cannot log in over TCP.
     @Test func aWorkerIsReachedAsTheRoleTheTransactionSwitchedTo() async throws {
         try await CitusCluster.inSchema { conn, schema in
             let role = "\(schema)_service"
@@ -65,14 +66,25 @@ struct CitusTests {
                 GRANT SELECT ON \(schema).logs TO \(role);
                 """)
             defer { _ = try? CitusCluster.run(conn, "DROP OWNED BY \(role)", "DROP ROLE \(role)") }
-            #expect(try conn.executeScript("SELECT count(*) FROM \(schema).logs WHERE device = 'a'")[0].decode(0, as: Int.self) == 0)
-            let switched = CitusCluster.error {
+            let asTheRole = {
                 try conn.transaction { tx in
                     try tx.query("SELECT set_config('role', \(role), true)")
-                    _ = try tx.executeScript("SELECT count(*) FROM \(schema).logs WHERE device = 'a'")
+                    return try tx.executeScript("SELECT count(*) FROM \(schema).logs WHERE device = 'a'")[0].decode(0, as: Int.self)
                 }
             }
-            #expect(switched?.contains("connection to the remote node \(role)@") == true, "\(switched ?? "no error")")
+            let switched = CitusCluster.error { _ = try asTheRole() }
+            #expect(switched?.contains("role \"\(role)\" is not permitted to log in") == true, "\(switched ?? "no error")")
+
+            try CitusCluster.run(conn, "ALTER ROLE \(role) LOGIN")
+            #expect(try asTheRole() == 0)
+            // Over TCP the role has no password to give.
+            let citusURL = try #require(CitusCluster.url)
+            var components = try #require(URLComponents(string: citusURL))
+            components.user = role
+            components.password = nil
+            let url = try #require(components.string)
+            let login = CitusCluster.error { _ = try Connection(configuration: ConnectionConfiguration(connectionString: url)) }
+            #expect(login?.contains("password") == true, "\(login ?? "no error")")
         }
     }
 

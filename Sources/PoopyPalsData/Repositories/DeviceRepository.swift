@@ -28,7 +28,22 @@ public struct DeviceRepository: Sendable {
         let strong = device.isStrong
         let rates = database.rates
         let (burst, rate) = (String(rates.registrationBurst), rates.registrationRate)
-        return try await database.asDevice(device, idempotent: true) { tx in
+        do {
+            return try await upsert(info, as: device, strong: strong, network: network, burst: burst, rate: rate)
+        } catch where strong && SQLState.insufficientPrivilege ~= error {
+            // PostgreSQL 14.25, 15.20, 16.16, 17.12 and 18.7 (CVE-2026-120154) check an upsert's conflicting row
+            // against the row-level security policies before the DO UPDATE's WHERE: the row of a device being erased,
+            // which get_current_device_id() hides from every request, now fails the statement (42501) where it
+            // updated nothing before. Its key is taken, yet the device is invisible to it: being erased. Anything
+            // else (a privilege really missing, which the read fails on too) is thrown as it came.
+            if try await current(as: device) == nil { throw RepositoryError.deviceBeingErased }
+            throw error
+        }
+    }
+
+    private func upsert(_ info: DeviceInfo, as device: DeviceID, strong: Bool, network: String?, burst: String, rate: String)
+        async throws -> Registration {
+        try await database.asDevice(device, idempotent: true) { tx in
             let rows = if strong {
                 // The bucket's settings come first, from the SELECT's own FROM: the AFTER INSERT trigger reads them.
                 try tx.finalQuery("""
