@@ -8,11 +8,14 @@
 #                             (Citus's own packages) is used as it is; else it is built once per machine from
 #                             ../shared/vendor/citus-13.2.2.tar.gz (or POOPYPALS_CITUS_TARBALL), with the patches
 #                             in scripts/citus/, cached in /var/cache/poopypals (rebuilt when the tarball changes).
-#                             Exits 3 saying why ("NOT RUN: …") when it cannot: not root, no tarball, a failed build.
+#                             Exits 3 saying why ("NOT RUN: …") when it cannot here: not root, no source, no
+#                             PostgreSQL 15–17; fails (exit 1) when it should and does not: a source whose sha256 is
+#                             not the one expected, our patch not applying, a failed build.
 #   scripts/citus.sh start    install, then ensure the cluster runs; print the coordinator's URL (the app's
 #                             non-superuser owner, as scripts/db.sh's) on stdout
 #   scripts/citus.sh url      the coordinator's URL
 #   scripts/citus.sh superuser-url  the coordinator's superuser over its private socket (for tests)
+#   scripts/citus.sh socket-dir     the folder of the nodes' sockets (the postgres user's alone)
 #   scripts/citus.sh status   what runs, and the workers the coordinator knows
 #   scripts/citus.sh stop     stop the three servers (data kept)
 #   scripts/citus.sh reset    stop them and delete their data
@@ -27,6 +30,7 @@ not_run() { echo "citus: NOT RUN: $*" >&2; exit 3; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/scripts/lib/common.sh"
+CALLER=$PWD
 cd /  # every path here is absolute; the postgres user may not be able to enter the caller's folder
 # The source: beside the checkout (../shared/vendor), or beside the checkout this one was cloned from.
 find_tarball() {
@@ -37,9 +41,13 @@ find_tarball() {
   done
   echo "$ROOT/../shared/vendor/citus-13.2.2.tar.gz"
 }
-TARBALL=${POOPYPALS_CITUS_TARBALL:-$(find_tarball)}
-CACHE=${POOPYPALS_CITUS_CACHE:-/var/cache/poopypals}
-STATE=${POOPYPALS_CITUS_DIR:-$ROOT/.citus}
+# Relative overrides are taken from the caller's folder (this script works from /).
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
+TARBALL=$(absolute "${POOPYPALS_CITUS_TARBALL:-$(find_tarball)}")
+# The source is built as root's dependency: only the release the vendor folder documents, unless told otherwise.
+TARBALL_SHA256=${POOPYPALS_CITUS_SHA256:-c8fc76dc8294636a52b1a0dd75a20d8b4a36937df6443e30ca84d8d0464a6bb9}
+CACHE=$(absolute "${POOPYPALS_CITUS_CACHE:-/var/cache/poopypals}")
+STATE=$(absolute "${POOPYPALS_CITUS_DIR:-$ROOT/.citus}")
 BASE_PORT=${POOPYPALS_CITUS_PORT:-55460}
 NODES=(coordinator worker1 worker2)
 
@@ -63,7 +71,9 @@ install_citus() {
   local pg_config
   # Debian's server binaries come without pg_config until postgresql-server-dev (or libpq-dev's /usr/bin one).
   pg_config=$(find_pg_config) || true
-  local stamp_dir=$CACHE
+  if [ -z "$pg_config" ] && ls /usr/lib/postgresql/1[5-7]/lib/citus.so >/dev/null 2>&1; then
+    return 0  # Citus's own packages, without pg_config
+  fi
   if [ -n "$pg_config" ] && citus_installed "$pg_config"; then
     local stamp; stamp=$(cat "$CACHE/citus-installed" 2>/dev/null || true)
     # Installed by someone else (Citus's packages): theirs is used. Installed by us: current unless the tarball changed.
@@ -77,7 +87,7 @@ install_citus() {
     || not_run "no Citus installed; building it needs root on Debian/Ubuntu (or install Citus from its packages)"
   local major
   if [ -z "$pg_config" ]; then
-    major=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sed -nE 's|.*/postgresql/([0-9]+)/bin|\1|p' | sort -n | awk '$1>=15 && $1<=17' | tail -1)
+    major=$({ ls -d /usr/lib/postgresql/*/bin 2>/dev/null || true; } | sed -nE 's|.*/postgresql/([0-9]+)/bin|\1|p' | sort -n | awk '$1>=15 && $1<=17' | tail -1)
     [ -n "$major" ] || not_run "no PostgreSQL 15, 16 or 17 server installed (Citus 13.2 supports those)"
   else
     major=$(pg_major "$pg_config")
@@ -92,21 +102,33 @@ install_citus() {
   fi
   pg_config=/usr/lib/postgresql/$major/bin/pg_config
   [ -x "$pg_config" ] || die "$pg_config missing after installing postgresql-server-dev-$major"
+  local sum; sum=$(sha256sum "$TARBALL" | cut -c1-64)
+  [ "$sum" = "$TARBALL_SHA256" ] || die "$TARBALL has sha256 $sum, not the $TARBALL_SHA256 expected (POOPYPALS_CITUS_SHA256 names another)"
+  install -d -m 755 -o root -g root "$CACHE"
+  # One build at a time on this machine (two checkouts' make test may start together).
+  exec 9>"$CACHE/citus-build.lock"
+  flock 9
   local key; key=$(tarball_key "$pg_config")
+  if citus_installed "$pg_config" && [ "$(cat "$CACHE/citus-installed" 2>/dev/null || true)" = "$key" ]; then
+    flock -u 9; return 0  # built while we waited
+  fi
   local build="$CACHE/citus-build-$key"
-  mkdir -p "$CACHE"
-  rm -rf "$build"; mkdir -p "$build"
+  rm -rf "$build"; mkdir -m 755 "$build"
   say "building Citus from $(basename "$TARBALL") for PostgreSQL $major in $build (a few minutes; once per machine)"
-  tar -xzf "$TARBALL" -C "$build" --strip-components=1
+  tar -xzf "$TARBALL" -C "$build" --strip-components=1 --no-same-owner
   local patch
   for patch in "$ROOT"/scripts/citus/*.patch; do
     [ -e "$patch" ] || continue
     patch -d "$build" -p1 --forward --silent <"$patch" >>"$build/build.log" 2>&1 \
-      || { tail -5 "$build/build.log" >&2; not_run "patch $(basename "$patch") does not apply to $(basename "$TARBALL")"; }
+      || { tail -5 "$build/build.log" >&2; die "our patch $(basename "$patch") does not apply to $(basename "$TARBALL")"; }
   done
-  ( cd "$build" && PG_CONFIG=$pg_config ./configure --without-libcurl && make -j"$(nproc)" && make install ) >>"$build/build.log" 2>&1 \
-    || { tail -20 "$build/build.log" >&2; not_run "building Citus failed (log: $build/build.log)"; }
+  # Configured and compiled as an unprivileged user; only the install runs as root.
+  chown -R nobody: "$build"
+  runuser -u nobody -- sh -c 'cd "$1" && PG_CONFIG="$2" ./configure --without-libcurl && make -j"$3"' sh "$build" "$pg_config" "$(nproc)" \
+    >>"$build/build.log" 2>&1 || { tail -20 "$build/build.log" >&2; die "building Citus failed (log: $build/build.log)"; }
+  make -C "$build" install >>"$build/build.log" 2>&1 || { tail -20 "$build/build.log" >&2; die "installing Citus failed (log: $build/build.log)"; }
   echo "$key" >"$CACHE/citus-installed"
+  flock -u 9
   say "Citus installed into $("$pg_config" --pkglibdir)"
 }
 
@@ -116,57 +138,107 @@ tarball_key() {
   { sha256sum "$TARBALL" | cut -c1-64; cat "$ROOT"/scripts/citus/*.patch 2>/dev/null; pg_major "$1"; } | sha256sum | cut -c1-16
 }
 
-# The cluster's state: under /tmp when the postgres user cannot enter the checkout (one folder per checkout).
+# The cluster's state: when the postgres user cannot enter the checkout, under /var/lib/poopypals (root's: no
+# other user can prepare a folder there for us to trust), one folder per checkout.
+PRIVATE_PARENT=/var/lib/poopypals
 locate_state() {
   if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
-    STATE=/tmp/poopypals-citus-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+    STATE=$PRIVATE_PARENT/citus-$(echo "$STATE" | cksum | cut -d' ' -f1)
   fi
 }
 
-bindir() { cat "$STATE/bindir"; }
-node_port() { cat "$STATE/$1/port"; }
+# The folder of the nodes' sockets: in the state folder, or beside it when that path is too long for a socket.
+socket_dir() {
+  local dir="$STATE/run"
+  if [ ${#dir} -gt 80 ]; then
+    if [ "$(id -u)" = 0 ]; then dir=$PRIVATE_PARENT/sock-$(echo "$STATE" | cksum | cut -d' ' -f1)
+    else dir=/tmp/poopypals-citus-sock-$(id -u)-$(echo "$STATE" | cksum | cut -d' ' -f1); fi
+  fi
+  echo "$dir"
+}
+
+# The cluster owner: postgres when we are root, else ourselves.
+owner() { if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi; }
+
+# $1 exists as a folder of the cluster owner's alone (mode 700, not a link), created so if missing; else we stop:
+# a folder someone else prepared is never trusted.
+ensure_private_dir() {
+  local dir=$1
+  if [ ! -e "$dir" ] && [ ! -L "$dir" ]; then
+    mkdir -m 700 "$dir" || die "cannot create $dir"
+    [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+  fi
+  [ -d "$dir" ] && [ ! -L "$dir" ] && [ "$(stat -c %U "$dir")" = "$(owner)" ] && [ "$(stat -c %a "$dir")" = 700 ] \
+    || die "$dir is not a folder of $(owner)'s alone (mode 700, not a link): remove it"
+}
+
+ensure_private_parent() {
+  [ "$(id -u)" = 0 ] || return 0
+  case "$STATE" in "$PRIVATE_PARENT"/*) ;; *) [ ${#STATE} -le 76 ] && return 0 ;; esac
+  install -d -m 755 -o root -g root "$PRIVATE_PARENT"
+  [ ! -L "$PRIVATE_PARENT" ] && [ "$(stat -c %U:%a "$PRIVATE_PARENT")" = root:755 ] || die "$PRIVATE_PARENT must be root's (755, not a link)"
+}
+
+# The server binaries: those of the PostgreSQL Citus is installed for (never read from the state folder, which
+# the postgres user can write).
+bindir() {
+  local pg_config dir
+  if pg_config=$(find_pg_config); then "$pg_config" --bindir; return 0; fi
+  # Citus's own packages need no pg_config: the newest server of 15–17 with Citus beside it.
+  for dir in /usr/lib/postgresql/17 /usr/lib/postgresql/16 /usr/lib/postgresql/15; do
+    [ -x "$dir/bin/postgres" ] && [ -f "$dir/lib/citus.so" ] && { echo "$dir/bin"; return 0; }
+  done
+  die "no PostgreSQL 15–17 server with Citus installed"
+}
+node_port() {
+  local port; port=$(cat "$STATE/$1/port")
+  [[ "$port" =~ ^[0-9]{1,5}$ ]] || die "$STATE/$1/port does not hold a port"
+  echo "$port"
+}
 node_running() { [ -f "$STATE/$1/data/postmaster.pid" ] && as_owner "$(bindir)/pg_ctl" -D "$STATE/$1/data" status >/dev/null 2>&1; }
 
 # psql as the superuser over the private socket of node $1, database $2; SQL on stdin, psql's -v after.
 node_psql() {
   local node=$1 database=$2; shift 2
-  as_owner "$(bindir)/psql" -q -X -A -t -v ON_ERROR_STOP=1 -h "$(cat "$STATE/sockets")" -p "$(node_port "$node")" -U postgres -d "$database" "$@"
+  as_owner "$(bindir)/psql" -q -X -A -t -v ON_ERROR_STOP=1 -h "$(socket_dir)" -p "$(node_port "$node")" -U postgres -d "$database" "$@"
 }
 
 start_node() {
   local node=$1
   node_running "$node" && return 0
-  mkdir -p "$(cat "$STATE/sockets")"; [ "$(id -u)" = 0 ] && chown postgres: "$(cat "$STATE/sockets")"
+  ensure_private_dir "$(socket_dir)"  # gone after a reboot when it lives under /tmp
   as_owner "$(bindir)/pg_ctl" -D "$STATE/$node/data" -l "$STATE/$node/server.log" -w -t 60 start >/dev/null \
     || { as_owner tail -20 "$STATE/$node/server.log" >&2 || true; die "the $node did not start"; }
 }
 
 init_cluster() {
-  local pg_config; pg_config=$(find_pg_config) || die "no pg_config of PostgreSQL 15–17"
+  bindir >/dev/null
   [ "$(id -u)" != 0 ] || id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user"
-  rm -rf "$STATE"; mkdir -p "$STATE"
-  "$pg_config" --bindir >"$STATE/bindir"
+  stop_cluster  # what a start interrupted half-way left running
+  rm -rf "$STATE"
+  ensure_private_parent
+  ensure_private_dir "$STATE"
   # The nodes reach each other over this private socket folder (the postgres user's alone, trust), not over TCP:
   # Citus connects to a worker as the role the transaction switched to, and the service's roles have no password
-  # (over TCP they cannot log in at all). Unix socket paths are limited to ~107 bytes.
-  local sockets="$STATE/run"
-  if [ ${#sockets} -gt 80 ]; then sockets=$(mktemp -d /tmp/poopypals-citus-sock.XXXXXX); fi
-  mkdir -p "$sockets"; echo "$sockets" >"$STATE/sockets"
+  # (over TCP they cannot log in at all).
+  local sockets; sockets=$(socket_dir)
+  [ "$sockets" = "$STATE/run" ] || rm -rf "$sockets"
+  ensure_private_dir "$sockets"
   local password port node
   password=$(random_hex 24)
   port=$BASE_PORT
   for node in "${NODES[@]}"; do
     port=$(first_free_port "$port")
-    mkdir -p "$STATE/$node"; echo "$port" >"$STATE/$node/port"
+    as_owner mkdir -m 700 "$STATE/$node"
+    echo "$port" | as_owner tee "$STATE/$node/port" >/dev/null
     port=$((port + 1))
   done
-  [ "$(id -u)" = 0 ] && chown -R postgres: "$STATE" "$sockets"
-  chmod 700 "$STATE" "$sockets"
   for node in "${NODES[@]}"; do
     say "initialising the $node in $STATE/$node/data (port $(node_port "$node"))"
-    as_owner "$(bindir)/initdb" -D "$STATE/$node/data" -U postgres -E UTF8 --locale=C.UTF-8 \
-      --auth-local=trust --auth-host=scram-sha-256 >"$STATE/$node/initdb.log" 2>&1 \
-      || { cat "$STATE/$node/initdb.log" >&2; die "initdb failed"; }
+    # Files in the state folder are written as its owner (root following a link planted there would not be).
+    { as_owner "$(bindir)/initdb" -D "$STATE/$node/data" -U postgres -E UTF8 --locale=C.UTF-8 \
+        --auth-local=trust --auth-host=scram-sha-256 2>&1 || true; } | as_owner tee "$STATE/$node/initdb.log" >/dev/null
+    [ -f "$STATE/$node/data/PG_VERSION" ] || { as_owner cat "$STATE/$node/initdb.log" >&2; die "initdb failed"; }
     # Throw-away, local-only, fast (never in production). wal_level logical: moving shards (the rebalancer)
     # replicates them logically. Prepared transactions: Citus commits a multi-node write with two-phase commit.
     as_owner tee -a "$STATE/$node/data/postgresql.conf" >/dev/null <<CONF
@@ -191,7 +263,9 @@ log_min_messages = warning
 citus.node_conninfo = 'sslmode=prefer'
 CONF
     start_node "$node"
-    node_psql "$node" postgres -v pw="$password" >/dev/null <<'SQL'
+    # The password goes through the environment, never a command line (ps shows those to every user).
+    POOPYPALS_CITUS_PASSWORD=$password node_psql "$node" postgres >/dev/null <<'SQL'
+\getenv pw POOPYPALS_CITUS_PASSWORD
 CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
 CREATE DATABASE poopypals OWNER poopypals;
 SQL
@@ -202,15 +276,15 @@ SELECT citus_set_coordinator_host(:'sockets', $(node_port coordinator));
 SELECT citus_add_node(:'sockets', $(node_port worker1));
 SELECT citus_add_node(:'sockets', $(node_port worker2));
 SQL
-  umask 077
-  echo "postgresql://poopypals:${password}@127.0.0.1:$(node_port coordinator)/poopypals" >"$STATE/url"
+  # Written last: a cluster without it is one whose start did not finish (started again from scratch).
+  (umask 077; echo "postgresql://poopypals:${password}@127.0.0.1:$(node_port coordinator)/poopypals" | as_owner tee "$STATE/url" >/dev/null)
   say "Citus running: coordinator 127.0.0.1:$(node_port coordinator), workers $(node_port worker1) and $(node_port worker2)"
 }
 
 stop_cluster() {
   local node
   for node in "${NODES[@]}"; do
-    if [ -f "$STATE/bindir" ] && node_running "$node"; then
+    if [ -d "$STATE/$node/data" ] && node_running "$node"; then
       as_owner "$(bindir)/pg_ctl" -D "$STATE/$node/data" -m fast -w -t 60 stop >/dev/null && say "$node stopped"
     fi
   done
@@ -226,6 +300,7 @@ case "$cmd" in
     if [ ! -f "$STATE/url" ]; then
       init_cluster
     else
+      ensure_private_dir "$STATE"
       for node in "${NODES[@]}"; do start_node "$node"; done
       say "Citus running: coordinator 127.0.0.1:$(node_port coordinator)"
     fi
@@ -233,15 +308,19 @@ case "$cmd" in
   url) [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"; cat "$STATE/url" ;;
   superuser-url)
     [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
-    echo "postgresql:///poopypals?host=$(cat "$STATE/sockets")&port=$(node_port coordinator)&user=postgres" ;;
+    echo "postgresql:///poopypals?host=$(socket_dir)&port=$(node_port coordinator)&user=postgres" ;;
+  socket-dir) socket_dir ;;
   status)
     if [ ! -f "$STATE/url" ]; then say "no Citus cluster in $STATE"; exit 0; fi
     for node in "${NODES[@]}"; do
       if node_running "$node"; then say "$node: running on 127.0.0.1:$(node_port "$node")"; else say "$node: stopped"; fi
     done
-    node_running coordinator && node_psql coordinator poopypals <<<"SELECT 'worker ' || nodename || ' port ' || nodeport || CASE WHEN isactive THEN ' active' ELSE ' inactive' END FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeport" >&2
-    ;;
-  stop) stop_cluster ;;
-  reset) stop_cluster; rm -rf "$STATE"; say "data removed" ;;
-  *) die "unknown command $cmd (install, start, url, superuser-url, status, stop, reset)" ;;
+    if node_running coordinator; then
+      node_psql coordinator poopypals <<<"SELECT 'worker ' || nodename || ' port ' || nodeport || CASE WHEN isactive THEN ' active' ELSE ' inactive' END FROM pg_dist_node WHERE groupid <> 0 ORDER BY nodeport" >&2
+    fi ;;
+  stop) [ -d "$STATE" ] && stop_cluster; exit 0 ;;
+  reset)
+    if [ -d "$STATE" ]; then stop_cluster; [ "$(socket_dir)" = "$STATE/run" ] || rm -rf "$(socket_dir)"; rm -rf "$STATE"; fi
+    say "data removed" ;;
+  *) die "unknown command $cmd (install, start, url, superuser-url, socket-dir, status, stop, reset)" ;;
 esac

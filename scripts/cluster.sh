@@ -469,8 +469,10 @@ create_cluster() {
   write_backrest_config
   start_monitor_and_node1
   # The app's login, made on the primary before the standby exists, so the base backup carries it.
-  as_owner timeout 10 "$BINDIR/psql" -q -X -v ON_ERROR_STOP=1 -h "$SOCK" -p "$n1" -U postgres -d postgres \
-    -v pw="$(cat "$STATE/password")" >/dev/null <<'SQL'
+  # The password goes through the environment, never a command line (ps shows those to every user).
+  POOPYPALS_DB_PASSWORD=$(cat "$STATE/password") as_owner timeout 10 "$BINDIR/psql" -q -X -v ON_ERROR_STOP=1 \
+    -h "$SOCK" -p "$n1" -U postgres -d postgres >/dev/null <<'SQL'
+\getenv pw POOPYPALS_DB_PASSWORD
 CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
 CREATE DATABASE poopypals OWNER poopypals;
 \c poopypals

@@ -60,12 +60,14 @@ struct CitusTests {
             try CitusCluster.script(conn, """
                 CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
                 SELECT create_distributed_table('\(schema).logs', 'device');
+                """)
+            defer { _ = try? CitusCluster.run(conn, "DROP OWNED BY \(role)", "DROP ROLE \(role)") }
+            try CitusCluster.script(conn, """
                 CREATE ROLE \(role) NOLOGIN;
                 GRANT \(role) TO CURRENT_USER;
                 GRANT USAGE ON SCHEMA \(schema) TO \(role);
                 GRANT SELECT ON \(schema).logs TO \(role);
                 """)
-            defer { _ = try? CitusCluster.run(conn, "DROP OWNED BY \(role)", "DROP ROLE \(role)") }
             let asTheRole = {
                 try conn.transaction { tx in
                     try tx.query("SELECT set_config('role', \(role), true)")
@@ -86,6 +88,32 @@ struct CitusTests {
             let login = CitusCluster.error { _ = try Connection(configuration: ConnectionConfiguration(connectionString: url)) }
             #expect(login?.contains("password") == true, "\(login ?? "no error")")
         }
+    }
+
+    /// The nodes trust whoever reaches their socket folder (scripts/citus.sh): that folder must be the cluster
+    /// owner's alone, and another local user must not get in through it.
+    @Test(.enabled(if: CitusCluster.sockets != nil, "needs POOPYPALS_TEST_CITUS_SOCKETS (scripts/citus.sh socket-dir)"))
+    func theNodesSocketFolderIsTheClusterOwnersAlone() throws {
+        let folder = try #require(CitusCluster.sockets)
+        let attributes = try FileManager.default.attributesOfItem(atPath: folder)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o700)
+        #expect(attributes[.type] as? FileAttributeType == .typeDirectory)
+        guard getuid() == 0 else { return }
+        #expect(attributes[.ownerAccountName] as? String == "postgres")
+        // As another user (nobody), psql cannot reach the coordinator's socket.
+        let url = try #require(CitusCluster.url)
+        let port = try #require(URLComponents(string: url)?.port)
+        let psql = Process()
+        psql.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+        psql.arguments = ["-u", "nobody", "--", "psql", "-X", "-h", folder, "-p", String(port), "-U", "postgres", "-d", "poopypals", "-c", "SELECT 1"]
+        let output = Pipe()
+        psql.standardOutput = output
+        psql.standardError = output
+        try psql.run()
+        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        psql.waitUntilExit()
+        #expect(psql.terminationStatus != 0, "\(said)")
+        #expect(said.contains("Permission denied"), "\(said)")
     }
 
     /// Our policies were written `device_id = (SELECT get_current_device_id())`, for a value computed once per
@@ -206,6 +234,10 @@ struct CitusTests {
 enum CitusCluster {
     static var url: String? {
         ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_URL"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    static var sockets: String? {
+        ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_SOCKETS"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
     /// Runs `body` on a connection to the coordinator in a schema of its own, dropped afterwards (on every node:

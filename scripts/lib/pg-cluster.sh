@@ -62,8 +62,10 @@ CONF
   # The app's login role: owns its databases, may create test databases and the NOLOGIN service role;
   # deliberately not a superuser, so row-level security is really exercised.
   local psql="$BINDIR/psql"; [ -x "$psql" ] || psql=$(command -v psql) || die "psql not found"
-  as_owner "$psql" -q -X -v ON_ERROR_STOP=1 -h "$socket_dir" -p "$PORT" -U postgres -d postgres \
-    -v pw="$password" >/dev/null <<'SQL'
+  # The password goes through the environment, never a command line (ps shows those to every user).
+  POOPYPALS_DB_PASSWORD=$password as_owner "$psql" -q -X -v ON_ERROR_STOP=1 -h "$socket_dir" -p "$PORT" -U postgres -d postgres \
+    >/dev/null <<'SQL'
+\getenv pw POOPYPALS_DB_PASSWORD
 CREATE ROLE poopypals LOGIN CREATEDB CREATEROLE PASSWORD :'pw';
 CREATE DATABASE poopypals OWNER poopypals;
 SQL

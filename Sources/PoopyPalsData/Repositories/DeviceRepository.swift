@@ -30,15 +30,26 @@ public struct DeviceRepository: Sendable {
         let (burst, rate) = (String(rates.registrationBurst), rates.registrationRate)
         do {
             return try await upsert(info, as: device, strong: strong, network: network, burst: burst, rate: rate)
-        } catch where strong && SQLState.insufficientPrivilege ~= error {
+        } catch where strong && Self.isRowSecurityRefusal(error) {
             // PostgreSQL 14.25, 15.20, 16.16, 17.12 and 18.7 (CVE-2026-120154) check an upsert's conflicting row
             // against the row-level security policies before the DO UPDATE's WHERE: the row of a device being erased,
-            // which get_current_device_id() hides from every request, now fails the statement (42501) where it
-            // updated nothing before. Its key is taken, yet the device is invisible to it: being erased. Anything
-            // else (a privilege really missing, which the read fails on too) is thrown as it came.
-            if try await current(as: device) == nil { throw RepositoryError.deviceBeingErased }
+            // which get_current_device_id() hides from every request, now fails the statement where it updated
+            // nothing before. Its key is taken, yet the device is invisible to its own key on the primary: being
+            // erased. Anything else is thrown as it came.
+            if try await database.asDevice(device, idempotent: true, { tx in
+                try tx.finalQuery("SELECT 1 FROM devices WHERE key = \(device.key)").isEmpty
+            }) {
+                throw RepositoryError.deviceBeingErased
+            }
             throw error
         }
+    }
+
+    /// A row-level security refusal on `devices` (42501 with PostgreSQL's English message; a server that speaks
+    /// another language answers 500 here rather than a guess).
+    static func isRowSecurityRefusal(_ error: any Error) -> Bool {
+        guard let error = PostgresError.find(in: error), error.sqlState == .insufficientPrivilege else { return false }
+        return error.message.contains("row-level security policy") && error.message.contains("\"devices\"")
     }
 
     private func upsert(_ info: DeviceInfo, as device: DeviceID, strong: Bool, network: String?, burst: String, rate: String)
