@@ -42,7 +42,7 @@
 #   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
 #   scripts/cluster.sh reset           stop and delete the state
 #
-# State lives in .cluster/ (or /tmp/poopypals-cluster-<cksum of the checkout> when the postgres user cannot enter
+# State lives in .cluster/ (or /var/lib/poopypals/cluster-<cksum of the checkout> when the postgres user cannot enter
 # the checkout, as scripts/db.sh does for .pg): data folders, pg_autoctl's config (XDG_* point there), logs
 # (monitor.log, node1.log ... node3.log are the keepers'; PostgreSQL's own are in <pgdata>/log/), PIDs, ports.
 # Ports: the first free from 29300 (monitor), 29301-29303 (nodes), 29311-29313 (PgBouncers): below the
@@ -68,7 +68,7 @@ die() { echo "cluster: error: $*" >&2; exit 1; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BINDIR=/usr/lib/postgresql/15/bin
 EXTENSION_CONTROL=/usr/share/postgresql/15/extension/pgautofailover.control
-FALLBACK_STATE=/tmp/poopypals-cluster-$(echo "$ROOT" | cksum | cut -d' ' -f1)
+FALLBACK_STATE=$PRIVATE_PARENT/cluster-$(echo "$ROOT" | cksum | cut -d' ' -f1)
 
 # --- failure detection, tuned for seconds (pg_auto_failover's defaults take ~50 s to fail over) ---------------
 # Monitor (PostgreSQL GUCs of the pgautofailover extension, in milliseconds).
@@ -103,7 +103,8 @@ locate_state() {
   STATE=$ROOT/.cluster
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql-15 creates it)"
-    # The postgres user must reach the data folders; a checkout under /root is not reachable: use /tmp instead.
+    # The postgres user must reach the data folders; a checkout under /root is not reachable: use root's
+    # /var/lib/poopypals instead (never a /tmp path another user could have prepared).
     runuser -u postgres -- test -x "$ROOT" || STATE=$FALLBACK_STATE
   fi
   MONITOR_DATA=$STATE/monitor
@@ -115,7 +116,7 @@ locate_state() {
 socket_dir() {
   if [ -f "$STATE/socket_dir" ]; then cat "$STATE/socket_dir"; return; fi
   local dir=$STATE/run
-  [ ${#dir} -le 80 ] || dir=/tmp/poopypals-csock-$(echo "$STATE" | cksum | cut -d' ' -f1)
+  [ ${#dir} -le 80 ] || dir=$PRIVATE_PARENT/csock-$(echo "$STATE" | cksum | cut -d' ' -f1)
   echo "$dir"
 }
 
@@ -453,6 +454,7 @@ create_cluster() {
   say "creating a pg_auto_failover formation in $STATE"
   stop_all quiet
   rm -rf "$STATE" "$(socket_dir)"
+  if [ "$(id -u)" = 0 ]; then case "$STATE$(socket_dir)" in *"$PRIVATE_PARENT"/*) private_parent ;; esac; fi
   mkdir -p "$STATE" "$XDG/config" "$XDG/data" "$XDG/run"
   SOCK=$(socket_dir); mkdir -p "$SOCK"; echo "$SOCK" >"$STATE/socket_dir"
   local taken=() port name i=0
@@ -923,7 +925,7 @@ case "$cmd" in
   stop) stop_all ;;
   reset)
     stop_all quiet
-    sock=$(socket_dir); case "$sock" in /tmp/poopypals-csock-*) rm -rf "$sock" ;; esac
+    sock=$(socket_dir); case "$sock" in "$PRIVATE_PARENT"/csock-*) rm -rf "$sock" ;; esac
     rm -rf "$STATE"; say "stopped; $STATE removed" ;;
   *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|backup [full|diff|incr]|backups|verify|check|sql SQL|destroy|restore --to TIME|--to-name NAME|--latest|wait-healthy [SECONDS]|stop|reset" ;;
 esac

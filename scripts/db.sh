@@ -112,9 +112,9 @@ case "$cmd" in
     if [ "$cmd" = reset ]; then
       [ -f "$STATE/socket_dir" ] && case "$(cat "$STATE/socket_dir")" in /tmp/poopypals-sock.*) rm -rf "$(cat "$STATE/socket_dir")";; esac
       rm -rf "$STATE"; say "data removed"
-      # PostgreSQL 18's binaries moved under /tmp with the cluster (a checkout the postgres user cannot enter).
+      # PostgreSQL 18's binaries moved under /var/lib/poopypals with the cluster (a checkout the postgres user cannot enter).
       if [ "${POOPYPALS_PG_VERSION:-}" = 18 ] && [ -z "${POOPYPALS_PG18_VENV:-}" ]; then
-        venv=$(wheel_venv); case "$venv" in /tmp/poopypals-venv-pg-*) rm -rf "$venv"; say "removed $venv";; esac
+        venv=$(wheel_venv); case "$venv" in "$PRIVATE_PARENT"/venv-pg-*) rm -rf "$venv"; say "removed $venv";; esac
       fi
     fi ;;
   *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pg18-bindir" ;;

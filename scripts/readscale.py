@@ -80,7 +80,7 @@ def state_dir():
     state = os.path.join(ROOT, ".cluster")
     if os.getuid() == 0 and subprocess.run(owner_command(["test", "-x", ROOT])).returncode != 0:
         cksum = subprocess.run(["cksum"], input=ROOT + "\n", capture_output=True, text=True, check=True)
-        state = f"/tmp/poopypals-cluster-{cksum.stdout.split()[0]}"
+        state = f"/var/lib/poopypals/cluster-{cksum.stdout.split()[0]}"
     return state
 
 

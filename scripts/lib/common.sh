@@ -13,6 +13,16 @@ first_free_port() {
 # $1 random bytes as lowercase hex (passwords, secrets).
 random_hex() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
+# Where a throw-away server's state (and PostgreSQL 18's venv) goes when the postgres user cannot enter the checkout
+# (only as root): a folder of root's that no other user can write, so that no one can prepare a path there for the
+# scripts to trust and run (a predictable /tmp path could be: a planted venv's pip would run as root).
+PRIVATE_PARENT=/var/lib/poopypals
+private_parent() {
+  install -d -m 755 -o root -g root "$PRIVATE_PARENT" || die "cannot create $PRIVATE_PARENT"
+  [ ! -L "$PRIVATE_PARENT" ] && [ "$(stat -c %U:%a "$PRIVATE_PARENT")" = root:755 ] \
+    || die "$PRIVATE_PARENT must be root's alone (755, not a link)"
+}
+
 # Run a server command as the cluster owner: `postgres` when we are root (PostgreSQL refuses root).
 as_owner() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi

