@@ -2,11 +2,16 @@
 """Restore drills on the pg_auto_failover formation of scripts/cluster.sh, with its pgBackRest repository, through the
 real `poopypals serve` under load (Python 3 standard library only).
 
-    scripts/backup_drill.py --binary PATH [--drill mistake|failover-then-mistake|total-loss|undo-migration|all]
+    scripts/backup_drill.py --binary PATH
+                            [--drill archive-race|mistake|failover-then-mistake|total-loss|undo-migration|all]
                             [--migrations-dir DIR] [--keep-cluster]
 
 Each drill checks every acknowledged write against the restored database, read back through the API:
 
+- archive-race: 40 WAL segments filled and finished in a burst, each archived by the primary and both standbys at nearly the
+  same moment (archive_mode = always), then `pgbackrest verify`: every file in the repository decrypts and matches
+  its checksum. (Three concurrent pushes of one segment once interleaved two copies into one file that no restore
+  could read.) After the last drill the whole repository is verified again.
 - mistake: a full backup, load, one device erased, then at time T a superuser's `DELETE FROM poop_logs` and more
   load; `restore --to T`. Every write acknowledged before T is there, none started after T is, the erased device
   stays erased, and the service writes again.
@@ -44,7 +49,8 @@ _spec.loader.exec_module(failover)
 HarnessError, cluster, migrate, call = failover.HarnessError, failover.cluster, failover.migrate, failover.call
 Service, Load, register, list_logs = failover.Service, failover.Load, failover.register, failover.list_logs
 
-DRILLS = ["mistake", "failover-then-mistake", "total-loss", "undo-migration"]
+DRILLS = ["archive-race", "mistake", "failover-then-mistake", "total-loss", "undo-migration"]
+RACE_SEGMENTS = 40    # WAL segments the archive-race drill fills and finishes in a burst
 DEVICES = 4
 LOAD_BEFORE = 6.0     # seconds of load before the fault
 LOAD_AFTER = 4.0      # and after it
@@ -70,7 +76,7 @@ class Drill:
         self.name, self.args, self.workdir = name, args, workdir
         self.failures = []
         self.row = {"drill": name, "acked": "-", "lost": "-", "extra": "-", "rpo": "-", "rto": "-", "restore": "-",
-                    "result": "FAIL"}
+                    "segments": "-", "result": "FAIL"}
 
     def serve(self, url, tag):
         return Service(self.args.binary, url, False, os.path.join(self.workdir, f"serve-{self.name}-{tag}.log"))
@@ -155,6 +161,21 @@ class Drill:
         for failure in self.failures:
             say(f"{self.name}: FAILED: {failure}")
         say(f"{self.name}: {time.monotonic() - started:.0f} s")
+
+    def archive_race(self, url):
+        # One transaction as the superuser: each round writes a row (WAL to finish) and switches the segment; the
+        # standbys receive the switch at once and push the segment as the primary does. The table goes at the end.
+        # Rows of random bytes fill most of a segment: compressed it is still megabytes, written in many pieces,
+        # which is what two writers interleave (nearly empty segments, 640 bytes compressed, never showed it).
+        rounds = "".join("INSERT INTO drill_wal SELECT decode(md5(random()::text) || md5(random()::text), 'hex') "
+                         "FROM generate_series(1, 60000); SELECT pg_switch_wal(); " for _ in range(RACE_SEGMENTS))
+        cluster("sql", f"CREATE TABLE drill_wal (b bytea); {rounds}DROP TABLE drill_wal", timeout=120)
+        self.row["segments"] = RACE_SEGMENTS
+        try:
+            cluster("check", timeout=180)  # the primary has pushed every one of them
+            verify("after the burst", self.failures)
+        except HarnessError as error:
+            self.failures.append(f"the burst's segments did not reach the repository: {error}")
 
     def mistake(self, url, switch_first=False):
         cluster("backup", "incr" if switch_first else "full", timeout=300)
@@ -304,6 +325,15 @@ class Drill:
         self.writes_again(url)
 
 
+def verify(when, failures):
+    """`pgbackrest verify` (after `check`): every backup file and archived segment is read, decrypted and checked;
+    a failure is recorded with the files pgBackRest names."""
+    try:
+        cluster("verify", timeout=900)
+    except HarnessError as error:
+        failures.append(f"the repository {when}: {error}")
+
+
 def current_primary():
     """The primary's port, or None while there is none (during a failover)."""
     try:
@@ -323,7 +353,8 @@ def status(binary, url, migrations_dir):
 
 
 DRILL_COLUMNS = [("drill", "drill"), ("acked", "acked writes"), ("lost", "lost"), ("extra", "should not be there"),
-                 ("rpo", "RPO s"), ("rto", "RTO s"), ("restore", "restore s"), ("result", "result")]
+                 ("rpo", "RPO s"), ("rto", "RTO s"), ("restore", "restore s"), ("segments", "segments"),
+                 ("result", "result")]
 
 
 def register_all(port, devices):
@@ -349,6 +380,11 @@ def main():
             drill.run()
             rows.append(drill.row)
             failed += [f"{name}: {f}" for f in drill.failures]
+        if args.drill == "all":
+            after = []
+            verify("after every drill", after)
+            failed += after
+            say("the repository after every drill: " + ("FAILED" if after else "verify passed"))
     except HarnessError as error:
         say(f"error: {error}")
         say(f"serve logs in {workdir}")

@@ -27,8 +27,8 @@
 #                                      PostgreSQL); resume-node PORT sends SIGCONT
 #   scripts/cluster.sh restart-node PORT   start the node's keeper again after a kill: it rejoins as secondary
 #   scripts/cluster.sh switchover      pg_autoctl perform switchover, bounded in time
-#   scripts/cluster.sh primaries-sync  each node taking writes: NAME PORT 'synchronous_standby_names' ('' = commits
-#                                      acknowledged with one copy)
+#   scripts/cluster.sh primaries-sync [NAME]  each node (or NAME) taking writes: NAME PORT
+#                                      'synchronous_standby_names' ('' = commits acknowledged with one copy)
 #   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and both secondaries in sync
 #   scripts/cluster.sh backup [full|diff|incr]   a pgBackRest backup (default incr), from a standby
 #   scripts/cluster.sh backups         what is restorable: each backup, and the span a restore can reach
@@ -287,8 +287,13 @@ install_packages() {
 # standbys archive too (archive_mode = always; pgBackRest's archive-mode-check off, it accepts a segment pushed
 # again with the same content): a standby marks what it received as archived, so with `on` the segments a killed
 # primary had finished but not yet pushed would be missing from the repository, a gap no restore could cross.
-# Asynchronous (a spool and a lock folder per node, so two nodes on this host never share one). Backups come from
-# a standby (backup-standby) when one is healthy.
+# Three nodes pushing into one repository push the same segment at nearly the same moment (a standby finishes a
+# segment as the primary does), and pgBackRest writes every file through one fixed temporary name
+# (<file>.pgbackrest.tmp): two writers truncate and interleave two copies, each encrypted with its own salt, into one
+# file that then fails to decrypt (a restore drill failed so, "CryptoError: unable to flush", in 2 of 6 runs). So
+# the push is synchronous and holds a lock the nodes share for its segment (see write_push_wrapper): the second
+# node finds the segment in the repository and only compares its checksum. Backups come from a standby
+# (backup-standby) when one is healthy.
 STANZA=poopypals
 ARCHIVE_TIMEOUT=5s      # an idle primary still switches (and so archives) its WAL segment within 5 s of a commit:
                         # the bound on what a total loss costs. Its price: up to 12 segment switches a minute under
@@ -328,14 +333,24 @@ pg$i-user=postgres"
   done
   echo "$conf" | as_owner tee "$BACKREST/pgbackrest.conf" >/dev/null
   as_owner chmod 600 "$BACKREST/pgbackrest.conf" "$BACKREST/cipher"
-  # archive_command runs in the node's data folder; the spool and lock are the node's own. (pgbackrest check
-  # insists that archive_command contains "pgbackrest": the wrapper's name does.)
+  write_push_wrapper
+}
+# archive_command of every node: runs in the node's data folder (which names the node: its own lock folder). The
+# lock is chosen by the file name's last character (a segment's last hex digit; .partial, .history and .backup files
+# have their own), shared by the nodes of this host, so a push waits only for pushes of the same file or of one
+# sixteen segments away; flock -w bounds the wait (a node hung
+# while it holds one, SIGSTOPped, makes the others fail that attempt after 60 s, and PostgreSQL tries again).
+# `pgbackrest check` insists that archive_command contains "pgbackrest": the wrapper's name does.
+write_push_wrapper() {
   as_owner tee "$BACKREST/pgbackrest-push" >/dev/null <<PUSH
 #!/bin/sh
-# archive_command of every node of this cluster (scripts/cluster.sh): PostgreSQL runs it in the node's data folder.
+# archive_command of every node of this cluster (scripts/cluster.sh write_push_wrapper).
 node=\$(basename "\$PWD")
-exec pgbackrest --config="$BACKREST/pgbackrest.conf" --stanza=$STANZA --pg1-path="\$PWD" \\
-  --spool-path="$BACKREST/spool/\$node" --lock-path="$BACKREST/lock/\$node" archive-push "\$1"
+last=\$(basename "\$1" | tail -c 2)
+case "\$last" in [0-9A-Za-z]) ;; *) last=other ;; esac
+mkdir -p "$BACKREST/lock/\$node" || exit 1
+exec flock -w 60 "$BACKREST/lock/push-\$last" pgbackrest --config="$BACKREST/pgbackrest.conf" --stanza=$STANZA \\
+  --pg1-path="\$PWD" --no-archive-async --lock-path="$BACKREST/lock/\$node" archive-push "\$1"
 PUSH
   as_owner chmod 700 "$BACKREST/pgbackrest-push"
 }
@@ -578,6 +593,8 @@ start_cluster() {
     create_cluster
   else
     SOCK=$(socket_dir); mkdir -p "$SOCK"; [ "$(id -u)" = 0 ] && chown postgres: "$SOCK"
+    [ ! -f "$STATE/restoring" ] || die "a restore did not finish ($(cat "$STATE/restoring")); nothing runs: run it again (scripts/cluster.sh restore ...) or reset"
+    write_push_wrapper  # a formation made by an older version of this script gets the current one
     local name
     for name in $NODES; do [ -f "$STATE/$name.stopped" ] && resume_node "$name"; done
     [ -n "$(keeper_pid monitor)" ] || { say "starting the monitor"; launch_keeper monitor "$MONITOR_DATA"; }
@@ -723,9 +740,9 @@ switchover() {
 # (pg_auto_failover's wait_primary of a formation whose number_sync_standbys is 0): failover.py watches for it.
 # Left out: a node that does not answer within 2 s (hung, down), and a promoted node that pg_auto_failover keeps
 # read-only (default_transaction_read_only) until a standby follows it: neither acknowledges a write.
-primaries_sync() {
+primaries_sync() {  # [NAME]: that node only
   local name port value
-  for name in $(awk '$1 ~ /^node[0-9]+$/ { print $1 }' "$STATE/ports"); do
+  for name in $(awk -v only="${1:-}" '$1 ~ /^node[0-9]+$/ && (only == "" || $1 == only) { print $1 }' "$STATE/ports"); do
     port=$(port_of "$name")
     value=$(as_owner timeout 2 "$BINDIR/psql" -X -A -t -q -h "$SOCK" -p "$port" -U postgres -d postgres -c \
       "SELECT quote_literal(current_setting('synchronous_standby_names')) WHERE NOT pg_is_in_recovery()
@@ -768,10 +785,20 @@ oldest = ts(stanza["backup"][0]["timestamp"]["stop"])
 print("restorable: from {} to the newest archived WAL {} (restore --latest)".format(oldest, newest))'
 }
 
+# pgBackRest 2.45's verify exits 0 whatever it finds (measured: a segment with 100 bytes flipped, "invalid result …
+# Data corruption detected", "status: error", exit 0): its report is read here, and an invalid file fails.
 verify_repository() {
   backrest_logged check check
-  backrest_logged check verify
-  say "check (a WAL switch reached the repository) and verify (every file of every backup and WAL) passed"
+  local report
+  report=$(backrest --log-level-console=info verify 2>&1) || { echo "$report" | tail -20 >&2; die "pgbackrest verify failed"; }
+  echo "$report" >>"$BACKREST/check.log"
+  if echo "$report" | grep -qE "invalid result|status: error"; then
+    echo "$report" | grep -E "invalid result|status:|total WAL|total valid|missing|checksum" | cut -c1-300 | head -20 >&2
+    die "pgbackrest verify found files in the repository that do not read back"
+  fi
+  # (2.45 prints a status only when something is wrong; its end line otherwise.)
+  echo "$report" | grep -q "verify command end: completed successfully" || { echo "$report" | tail -20 >&2; die "pgbackrest verify did not say it completed"; }
+  say "check (a WAL switch reached the repository) and verify (every file of every backup and WAL reads back) passed"
 }
 
 # Rebuild the formation from the repository: stop everything, restore node1's data folder to the target, let it
@@ -792,11 +819,14 @@ restore_cluster() {
   local started=$SECONDS
   say "restoring to $what"
   stop_all quiet
+  # Until the formation stands again, `start` refuses (the monitor and the nodes' keeper configs are gone, so it
+  # could only wait for keepers that cannot run) and says so.
+  echo "$what, begun $(date -u '+%F %T+00')" | as_owner tee "$STATE/restoring" >/dev/null
   local keep
   for keep in "$STATE"/*; do
     # `created` stays: a restore that fails part-way is run again (restore), never answered by `start` making a
     # new formation (which would delete the repository).
-    case "$(basename "$keep")" in backrest|ports|password|socket_dir|created) ;; *) rm -rf "$keep" ;; esac
+    case "$(basename "$keep")" in backrest|ports|password|socket_dir|created|restoring) ;; *) rm -rf "$keep" ;; esac
   done
   rm -rf "$BACKREST/spool" "$BACKREST/lock"
   SOCK=$(socket_dir); mkdir -p "$SOCK" "$XDG/config" "$XDG/data" "$XDG/run" "$BACKREST/spool" "$BACKREST/lock"
@@ -835,6 +865,7 @@ restore_cluster() {
   local name
   for name in $PGBOUNCERS; do start_pgbouncer "$name"; done
   wait_healthy 120
+  as_owner rm -f "$STATE/restoring"
   say "restored to $what in $((SECONDS - started)) s; take a full backup of the new timeline (scripts/cluster.sh backup full)"
   # shellcheck disable=SC2086
   app_url $NODES
@@ -906,7 +937,7 @@ case "$cmd" in
     # shellcheck disable=SC2086
     app_url $PGBOUNCERS ;;
   switchover) need_cluster; switchover ;;
-  primaries-sync) need_cluster; primaries_sync ;;
+  primaries-sync) need_cluster; primaries_sync "${2:-}" ;;
   backup) need_cluster; take_backup "${2:-incr}" ;;
   backups) need_cluster; list_backups ;;
   verify) need_cluster; verify_repository ;;

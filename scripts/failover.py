@@ -300,60 +300,65 @@ class SingleCopyWatch:
     bound up to ~2.5 s). So: the primary of before the fault never, a promoted node for at most PROMOTED_WINDOW
     seconds in a row.
 
-    A sample asks the nodes one after another (2 s at most each: a hung node costs that), every 0.5 s at best; each
-    is stamped when it ended. A run of samples that saw a node empty lasts from the sample before the run (the last
-    that did not) to the sample after it (or the run's last): the longest it can have been."""
+    Each node is sampled by a thread of its own, every 0.5 s at best (2 s at most a sample: a hung node costs its
+    own thread that, not the others'; asked one after another, a hung old primary spaced every sample ~2.5 s apart,
+    and the new primary's window after a promotion was bounded at 5.3 s, failing hang-primary once). Each sample is stamped when it ended. A run of a
+    node's samples that saw it empty lasts from the sample before the run (the last that did not) to the sample after
+    it (or the run's last): the longest it can have been."""
 
     PROMOTED_WINDOW = 3.0
+    NODES = ("node1", "node2", "node3")
 
     def __init__(self, primary_before):
         self.primary_before = primary_before
-        self.samples = []  # (monotonic time when the sample ended, {"name:port" seen empty})
+        self.samples = {name: [] for name in self.NODES}  # name → [(monotonic end of the sample, "name:port" or None)]
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.threads = [threading.Thread(target=self._run, args=(name,), daemon=True) for name in self.NODES]
 
     def start(self):
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
 
-    def _run(self):
+    def _run(self, name):
         while not self.stopping.is_set():
             try:
-                rows = cluster("primaries-sync", timeout=20)
+                rows = cluster("primaries-sync", name, timeout=20)
             except HarnessError:
                 rows = None
             if rows is not None:
-                single = set()
+                single = None
                 for line in rows.splitlines():
-                    name, port, value = (line.split(" ", 2) + ["", ""])[:3]
-                    if value == "''":
-                        single.add(f"{name}:{port}")
-                self.samples.append((time.monotonic(), single))
+                    node, port, value = (line.split(" ", 2) + ["", ""])[:3]
+                    if node == name and value == "''":
+                        single = f"{node}:{port}"
+                self.samples[name].append((time.monotonic(), single))
             self.stopping.wait(0.5)
 
     def stop(self):
         self.stopping.set()
-        if self.thread.is_alive():
-            self.thread.join(30)
+        for thread in self.threads:
+            if thread.is_alive():
+                thread.join(30)
 
     def windows(self, fault):
-        """Every run of samples that saw a node empty: (node, start, end) in seconds from the fault, from the sample
-        before the run to the sample after it (the longest the node can have been so)."""
+        """Every run of a node's samples that saw it empty: (node, start, end) in seconds from the fault, from the
+        sample before the run to the sample after it (the longest the node can have been so)."""
         runs = []
-        count = len(self.samples)
-        for node in sorted({node for _, single in self.samples for node in single}):
+        for samples in self.samples.values():
+            count = len(samples)
             i = 0
             while i < count:
-                if node not in self.samples[i][1]:
+                if samples[i][1] is None:
                     i += 1
                     continue
                 j = i
-                while j + 1 < count and node in self.samples[j + 1][1]:
+                while j + 1 < count and samples[j + 1][1] is not None:
                     j += 1
-                start = self.samples[max(i - 1, 0)][0]
-                end = self.samples[min(j + 1, count - 1)][0]
-                runs.append((node, start - fault, end - fault))
+                start = samples[max(i - 1, 0)][0]
+                end = samples[min(j + 1, count - 1)][0]
+                runs.append((samples[i][1], start - fault, end - fault))
                 i = j + 1
-        return runs
+        return sorted(runs, key=lambda run: run[1])
 
     def failure(self, fault):
         bad = []

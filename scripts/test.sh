@@ -22,6 +22,13 @@ major_version() {
 }
 
 labels=() urls=() bouncers=() superusers=() bindirs=()
+# Each stage's output is kept, so that the end of the run can repeat which tests failed and why: a long run's
+# last screen is what a reader (and CI's summary) sees.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+failed=() failed_logs=()
+fail() { failed+=("$1"); [ -z "${2:-}" ] || failed_logs+=("$2"); }  # STAGE [ITS LOG]
+citus_said=$logs/citus-script.log
 if [ -n "${DATABASE_URL:-}" ]; then
   # An external server: no local binaries needed. What needs more than DATABASE_URL is said, not skipped silently.
   [ -n "${PGBOUNCER_URL:-}" ] || echo "test: NOT RUN: the tests through PgBouncer (set PGBOUNCER_URL to a PgBouncer in transaction mode in front of this server)" >&2
@@ -33,7 +40,7 @@ else
   # Citus for the Citus stage below, first: building it installs postgresql-server-dev, which upgrades PostgreSQL 15's
   # minor under any server of it that runs. Exit 3 is "cannot here" (said why), not a failure.
   citus_install=0
-  scripts/citus.sh install || citus_install=$?
+  scripts/citus.sh install 2> >(tee "$citus_said" >&2) || citus_install=$?
   url=$(scripts/db.sh start); bouncer=$(scripts/db.sh pgbouncer)
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
@@ -53,18 +60,13 @@ if ! { command -v docker >/dev/null && docker compose version >/dev/null 2>&1; }
   echo "test: NOT RUN: the docker-compose.yml checks (install Docker Compose, or Debian's docker-compose)" >&2
 fi
 
-failed=()
-# Each suite's output is kept, so that the end of the run can repeat which tests failed and why: a long run's
-# last screen is what a reader (and CI's summary) sees.
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
 for i in "${!labels[@]}"; do
   echo
   echo "== ${labels[$i]} =="
   if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} \
        POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests --skip LargeDeviceTests --skip CitusTests \
        2>&1 | tee "$logs/suite-$i.log"; then
-    failed+=("${labels[$i]}")
+    fail "${labels[$i]}" "$logs/suite-$i.log"
   fi
 done
 
@@ -76,15 +78,19 @@ if [ -n "${DATABASE_URL:-}" ]; then
   echo "test: NOT RUN: the Citus tests (they start their own cluster: run make test without DATABASE_URL)" >&2
 elif [ "$citus_install" = 3 ]; then
   echo "test: NOT RUN: the Citus tests (scripts/citus.sh install said why above)" >&2
-elif [ "$citus_install" != 0 ] || ! citus_url=$(scripts/citus.sh start); then
-  failed+=("Citus")
+elif [ "$citus_install" != 0 ]; then
+  echo "test: scripts/citus.sh install exited $citus_install" | tee -a "$citus_said" >&2
+  fail "Citus" "$citus_said"
+elif ! citus_url=$(scripts/citus.sh start 2> >(tee -a "$citus_said" >&2)); then
+  echo "test: scripts/citus.sh start failed" | tee -a "$citus_said" >&2
+  fail "Citus" "$citus_said"
 else
   if ! POOPYPALS_TEST_CITUS_URL=$citus_url POOPYPALS_TEST_CITUS_SOCKETS=$(scripts/citus.sh socket-dir) \
        "$SWIFT" test --skip-build --disable-xctest --filter CitusTests 2>&1 | tee "$logs/citus.log"; then
-    failed+=("Citus")
+    fail "Citus" "$logs/citus.log"
   elif ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$logs/citus.log"; then
-    echo "test: the Citus stage ran no test" >&2
-    failed+=("Citus")
+    echo "test: the Citus stage ran no test" | tee -a "$logs/citus.log" >&2
+    fail "Citus" "$logs/citus.log"
   fi
 fi
 [ -n "${DATABASE_URL:-}" ] || scripts/citus.sh stop >/dev/null 2>&1 || true
@@ -96,7 +102,7 @@ echo "== under load (${labels[0]}) =="
 if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
      POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter LoadTests \
      2>&1 | tee "$logs/load.log"; then
-  failed+=("under load")
+  fail "under load" "$logs/load.log"
 fi
 
 # A device with a million logs rotated and erased (issue 41): a minute of one core, alone for the same reason, once.
@@ -105,21 +111,21 @@ echo "== a device with a million logs (${labels[0]}) =="
 if ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
      POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter LargeDeviceTests \
      2>&1 | tee "$logs/large.log"; then
-  failed+=("a device with a million logs")
+  fail "a device with a million logs" "$logs/large.log"
 fi
 
 # The client swift-openapi-generator makes from openapi.yaml calls every route (clients/swift, its own package).
 echo
 echo "== the generated Swift client (${labels[0]}) =="
-if ! SWIFT="$SWIFT" scripts/client.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals"; then
-  failed+=("generated client")
+if ! SWIFT="$SWIFT" scripts/client.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals" 2>&1 | tee "$logs/client.log"; then
+  fail "generated client" "$logs/client.log"
 fi
 
 # The spec and the server agree under a fuzzer (schemathesis from PyPI, in .venv-st), once.
 echo
 echo "== fuzzing openapi.yaml (${labels[0]}) =="
-if ! scripts/fuzz.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals"; then
-  failed+=("fuzzing")
+if ! scripts/fuzz.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals" 2>&1 | tee "$logs/fuzzing.log"; then
+  fail "fuzzing" "$logs/fuzzing.log"
 fi
 
 # High availability on a real cluster (scripts/cluster.sh: pg_auto_failover, a monitor and three PostgreSQL 15 nodes
@@ -137,18 +143,19 @@ if [ -z "${DATABASE_URL:-}" ]; then
     bin="$("$SWIFT" build --show-bin-path)/poopypals"
     if ! { python3 scripts/failover.py --binary "$bin" --scenario all --keep-cluster \
            && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer --keep-cluster \
-           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer-defaults --keep-cluster; }; then
-      failed+=("failover")
+           && python3 scripts/failover.py --binary "$bin" --scenario switchover --pgbouncer-defaults --keep-cluster; } \
+         2>&1 | tee "$logs/failover.log"; then
+      fail "failover" "$logs/failover.log"
     fi
     # Reads on the standby that never show less than the write (Consistency-Token), with its replay delayed.
     echo
     echo "== reads on a standby (scripts/readscale.py) =="
-    python3 scripts/readscale.py --binary "$bin" || failed+=("reads on a standby")
+    python3 scripts/readscale.py --binary "$bin" 2>&1 | tee "$logs/readscale.log" || fail "reads on a standby" "$logs/readscale.log"
     # Restores from the pgBackRest repository: a mistaken DELETE undone to the second (also after a failover), the
     # loss of every node (RPO, RTO), a migration undone by its restore point.
     echo
     echo "== restore drills (scripts/backup_drill.py) =="
-    python3 scripts/backup_drill.py --binary "$bin" --keep-cluster || failed+=("restore drills")
+    python3 scripts/backup_drill.py --binary "$bin" --keep-cluster 2>&1 | tee "$logs/drills.log" || fail "restore drills" "$logs/drills.log"
     scripts/cluster.sh stop >/dev/null 2>&1 || true
   fi
 fi
@@ -158,10 +165,12 @@ if [ ${#failed[@]} -gt 0 ]; then
   # Swift Testing marks each issue of a failed test with ✘ … recorded an issue, followed by its ↳ lines (what was
   # expected, the comment). Only those, compact: CI shows the end of the run, and the lines of passing tests that
   # ran beside a failure once pushed another failure's issue off that screen (CI of stop 49).
-  for log in "$logs"/*.log; do
+  for log in "${failed_logs[@]}"; do
     [ -e "$log" ] || continue
-    awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^[[:space:]]*↳/ { print; next } { more = 0 }' "$log" \
-      | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
+    issues=$(awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^[[:space:]]*↳/ { print; next } { more = 0 }' "$log")
+    # A stage that failed with no test issue recorded (a script's error, a crash, no test run): its last lines.
+    [ -n "$issues" ] || issues=$(grep -v '^[[:space:]]*$' "$log" | tail -8)
+    printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2
   exit 1
