@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A throw-away Citus cluster for tests and benchmarks: a coordinator and two workers (PostgreSQL 15 + Citus), on
-# 127.0.0.1 only, run as the `postgres` user when we are root, state in .citus/ (under /tmp when the `postgres`
-# user cannot enter the checkout), like scripts/db.sh. The nodes reach each other over a private socket folder
-# (trust, the postgres user's alone), so the service's roles need no password between them.
+# 127.0.0.1 only, run as the `postgres` user when we are root, state in .citus/ (under /var/lib/poopypals when
+# the `postgres` user cannot enter the checkout), like scripts/db.sh. The nodes reach each other over a private
+# socket folder (trust, the postgres user's alone), so the service's roles need no password between them.
 #
 #   scripts/citus.sh install  make sure Citus is installed for the system PostgreSQL (15–17): an installed Citus
 #                             (Citus's own packages) is used as it is; else it is built once per machine from
@@ -48,7 +48,9 @@ TARBALL=$(absolute "${POOPYPALS_CITUS_TARBALL:-$(find_tarball)}")
 TARBALL_SHA256=${POOPYPALS_CITUS_SHA256:-c8fc76dc8294636a52b1a0dd75a20d8b4a36937df6443e30ca84d8d0464a6bb9}
 CACHE=$(absolute "${POOPYPALS_CITUS_CACHE:-/var/cache/poopypals}")
 STATE=$(absolute "${POOPYPALS_CITUS_DIR:-$ROOT/.citus}")
-BASE_PORT=${POOPYPALS_CITUS_PORT:-55460}
+# Below the kernel's ephemeral range (32768-60999), where a client connection's local end can hold a port nothing
+# listens on, and above scripts/cluster.sh's 29300-29399.
+BASE_PORT=${POOPYPALS_CITUS_PORT:-29460}
 NODES=(coordinator worker1 worker2)
 
 # The system PostgreSQL's pg_config that Citus 13.2 supports (15–17), newest first.
@@ -144,9 +146,8 @@ tarball_key() {
   { sha256sum "$TARBALL" | cut -c1-64; cat "$ROOT"/scripts/citus/*.patch 2>/dev/null; pg_major "$1"; } | sha256sum | cut -c1-16
 }
 
-# The cluster's state: when the postgres user cannot enter the checkout, under /var/lib/poopypals (root's: no
-# other user can prepare a folder there for us to trust), one folder per checkout.
-PRIVATE_PARENT=/var/lib/poopypals
+# The cluster's state: when the postgres user cannot enter the checkout, under $PRIVATE_PARENT (common.sh:
+# /var/lib/poopypals, root's, so no other user can prepare a folder there for us to trust), one folder per checkout.
 locate_state() {
   if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
     STATE=$PRIVATE_PARENT/citus-$(echo "$STATE" | cksum | cut -d' ' -f1)
@@ -181,8 +182,7 @@ ensure_private_dir() {
 ensure_private_parent() {
   [ "$(id -u)" = 0 ] || return 0
   case "$STATE" in "$PRIVATE_PARENT"/*) ;; *) [ ${#STATE} -le 76 ] && return 0 ;; esac
-  install -d -m 755 -o root -g root "$PRIVATE_PARENT"
-  [ ! -L "$PRIVATE_PARENT" ] && [ "$(stat -c %U:%a "$PRIVATE_PARENT")" = root:755 ] || die "$PRIVATE_PARENT must be root's (755, not a link)"
+  private_parent
 }
 
 # The server binaries: those of the PostgreSQL Citus is installed for (never read from the state folder, which
