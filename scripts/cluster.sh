@@ -338,9 +338,9 @@ pg$i-user=postgres"
 # archive_command of every node: runs in the node's data folder (which names the node: its own lock folder). The
 # lock is chosen by the file name's last character (a segment's last hex digit; .partial, .history and .backup files
 # have their own), shared by the nodes of this host, so a push waits only for pushes of the same file or of one
-# sixteen segments away; flock -w bounds the wait (a node hung
-# while it holds one, SIGSTOPped, makes the others fail that attempt after 60 s, and PostgreSQL tries again).
-# `pgbackrest check` insists that archive_command contains "pgbackrest": the wrapper's name does.
+# sixteen segments away. flock -w bounds the wait: a node hung while it holds one (SIGSTOP) makes the others fail
+# that attempt after 60 s, and PostgreSQL tries again. (`pgbackrest check` insists that archive_command contains
+# "pgbackrest": the wrapper's name does.)
 write_push_wrapper() {
   as_owner tee "$BACKREST/pgbackrest-push" >/dev/null <<PUSH
 #!/bin/sh
