@@ -50,6 +50,53 @@ struct CitusTests {
         }
     }
 
+    /// The shape docs/scaling.md step 4 settles on keeps the constant settings prepared, as the service's other
+    /// statements are: a `SET LOCAL` sent through the extended protocol as a named prepared statement (our client's
+    /// cache), and executed again in a later transaction, is carried to the worker as one sent as text: the
+    /// device's insert passes its shard's policy in both transactions, a read as that device sees its rows only,
+    /// and a row of another device is refused.
+    @Test func aSetLocalPreparedOnceIsCarriedToTheWorkerInEveryLaterTransaction() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+                CREATE POLICY own ON \(schema).logs USING (device = current_setting('app.device_id', true))
+                    WITH CHECK (device = current_setting('app.device_id', true));
+                """)
+            let propagate = PostgresQuery(unsafeSQL: "SET LOCAL citus.propagate_set_commands = 'local'")
+            let device = PostgresQuery(unsafeSQL: "SET LOCAL app.device_id = 'a'")
+            for id in 1...2 {
+                try conn.transaction { tx in
+                    try tx.query(propagate)
+                    try tx.query(device)
+                    try tx.query("INSERT INTO \(unescaped: schema).logs VALUES ('a', \(id))")
+                }
+            }
+            let prepared = try conn.query("""
+                SELECT count(*)::int FROM pg_prepared_statements
+                WHERE statement IN ('SET LOCAL app.device_id = ''a''', 'SET LOCAL citus.propagate_set_commands = ''local''')
+                """)[0].decode(0, as: Int.self)
+            #expect(prepared == 2, "the SET LOCAL statements went through the statement cache")
+            let seen = try conn.transaction { tx in
+                try tx.query(propagate)
+                try tx.query(device)
+                return try tx.query("SELECT device, id FROM \(unescaped: schema).logs ORDER BY id").map {
+                    "\(try $0.decode(0, as: String.self))\(try $0.decode(1, as: Int.self))"
+                }
+            }
+            #expect(seen == ["a1", "a2"])
+            let forged = CitusCluster.error {
+                try conn.transaction { tx in
+                    try tx.query(propagate)
+                    try tx.query(device)
+                    try tx.query("INSERT INTO \(unescaped: schema).logs VALUES ('b', 3)")
+                }
+            }
+            #expect(forged?.contains("row-level security policy") == true, "\(forged ?? "no error")")
+        }
+    }
+
     /// The plan had each transaction switch to a NOLOGIN service role. Citus opens its connections to the workers
     /// as the role the transaction switched to, so that role must be able to log in to every worker. Here the nodes
     /// reach each other over a socket folder only the cluster's own user can enter (scripts/citus.sh), so a LOGIN
