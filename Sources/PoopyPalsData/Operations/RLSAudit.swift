@@ -98,6 +98,19 @@ public struct RLSAudit: Sendable {
         serviceRoleOverride = serviceRole
     }
 
+    /// `device_key_map` (sql/0026: what `get_current_device_id()` reads): a device reads, inserts and deletes only
+    /// the row of its own key; the profile role (rotation, erasure) keeps any row. Plain calls, no sub-select.
+    public static func keyMapPolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
+        let own = "(key = get_current_device_key())"
+        let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
+        return [
+            ExpectedPolicy(name: "Devices can read own key", command: "r", roles: [], using: own, check: nil),
+            ExpectedPolicy(name: "Devices can insert own key", command: "a", roles: [], using: nil, check: own),
+            ExpectedPolicy(name: "Devices can delete own key", command: "d", roles: [], using: own, check: nil),
+            ExpectedPolicy(name: "Profiles keep the key map", command: "*", roles: [roles.profiles], using: profiles, check: profiles),
+        ]
+    }
+
     /// - Throws: `PostgresError` when the catalog cannot be read.
     public func run(on connection: Connection) throws -> Report {
         var checks: [Check] = []
@@ -115,11 +128,12 @@ public struct RLSAudit: Sendable {
 
         let tables = try connection.query("""
             SELECT c.oid::regclass::text AS name, c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner) AS owner,
-                   c.relname = 'devices' AS keyed_by_id, c.relname = 'users' AS is_users, c.relname = 'poop_logs' AS is_logs
+                   c.relname = 'devices' AS keyed_by_id, c.relname = 'users' AS is_users, c.relname = 'poop_logs' AS is_logs,
+                   c.relname = 'device_key_map' AS is_key_map
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
               AND pg_table_is_visible(c.oid)
-              AND (c.relname IN ('devices', 'users') OR EXISTS (
+              AND (c.relname IN ('devices', 'users', 'device_key_map') OR EXISTS (
                   SELECT FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'device_id' AND NOT a.attisdropped))
             ORDER BY 1
             """)
@@ -134,6 +148,7 @@ public struct RLSAudit: Sendable {
             record("\(name): not owned by \(serviceRole)", try table.decode("owner", as: String.self) == serviceRole
                    ? "owned by the service role, which therefore bypasses unforced policies" : nil)
             let expected = try table.decode("is_users", as: Bool.self) ? Self.userPolicies(roles)
+                : try table.decode("is_key_map", as: Bool.self) ? Self.keyMapPolicies(roles)
                 : try table.decode("keyed_by_id", as: Bool.self) ? Self.devicePolicies(own: Self.ownDeviceRow) + Self.deviceProfilePolicies(roles)
                 : try table.decode("is_logs", as: Bool.self) ? Self.devicePolicies() + Self.logProfilePolicies(roles)
                 : Self.devicePolicies()

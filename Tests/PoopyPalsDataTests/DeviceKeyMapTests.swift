@@ -1,0 +1,134 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+/// sql/0026: `device_key_map`, what `get_current_device_id()` reads (issue 45, step 1: the lookup a Citus worker can
+/// make from a reference table). It holds exactly the devices that are not being erased, whatever changed them, and
+/// a device reaches only its own row of it.
+@Suite("The device key map")
+struct DeviceKeyMapTests {
+    /// "key id" of every row of the map, and of every device not being erased (as the superuser sees them).
+    static func map(_ db: TestDatabase) async throws -> [String] {
+        try await Superuser.column("SELECT m.key || ' ' || m.id FROM device_key_map m ORDER BY 1", in: db.name)
+    }
+    static func liveDevices(_ db: TestDatabase) async throws -> [String] {
+        try await Superuser.column("SELECT d.key || ' ' || d.id FROM devices d WHERE d.erasing_since IS NULL ORDER BY 1", in: db.name)
+    }
+
+    @Test func theMapFollowsRegistrationRotationAndErasure() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let logs = PoopLogRepository(database: database)
+            let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            _ = try await devices.register(DeviceInfo(model: "phone"), as: a)
+            _ = try await devices.register(DeviceInfo(model: "tablet"), as: b)
+            _ = try await devices.register(DeviceInfo(model: "phone 2"), as: a)  // registered again: no key change
+            #expect(try await Self.map(db).count == 2)
+            #expect(try await Self.map(db) == Self.liveDevices(db))
+
+            // Rotation moves the device's row of the map to the new key; the old key finds nothing.
+            let rotated = try DeviceID(UUID())
+            _ = try await devices.rotate(as: a, to: rotated)
+            #expect(try await Self.map(db) == Self.liveDevices(db))
+            #expect(try await Self.map(db).contains { $0.hasPrefix(a.key.uuidString.lowercased()) } == false)
+            _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: rotated)
+            await #expect(throws: (any Error).self) {
+                _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: a)
+            }
+
+            // An erasure that does not finish at once: the device row stays, erasing, and its key is gone from the map.
+            for _ in 0..<3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: b) }
+            _ = try await devices.erase(as: b, batch: 1)
+            #expect(try await Superuser.column("SELECT count(*)::text FROM devices WHERE erasing_since IS NOT NULL", in: db.name) == ["1"])
+            #expect(try await Self.map(db) == Self.liveDevices(db))
+            #expect(try await Self.map(db).count == 1)
+            _ = try await PendingErasures(database: database).run(maxBatches: 100, until: .now + .seconds(60))
+            #expect(try await Superuser.column("SELECT count(*)::text FROM devices", in: db.name) == ["1"])
+            #expect(try await Self.map(db) == Self.liveDevices(db))
+            await database.pool.close()
+        }
+    }
+
+    /// A device reads only its own row of the map, cannot add a row for another key, and cannot delete another's.
+    @Test func aDeviceReachesOnlyItsOwnRowOfTheMap() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            _ = try await devices.register(DeviceInfo(model: "phone"), as: a)
+            _ = try await devices.register(DeviceInfo(model: "tablet"), as: b)
+            let seen = try await database.asDevice(a) { tx in
+                try tx.finalQuery("SELECT key FROM device_key_map").map { try $0.decode(0, as: UUID.self) }
+            }
+            #expect(seen == [a.key])
+            let forged = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(a) { tx in
+                    _ = try tx.finalQuery("INSERT INTO device_key_map (key, id) VALUES (\(UUID()), \(UUID()))")
+                }
+            }
+            #expect(forged?.sqlState == "42501")
+            let deleted = try await database.asDevice(a) { tx in
+                try tx.finalQuery("DELETE FROM device_key_map WHERE key = \(b.key)").rowsAffected
+            }
+            #expect(deleted == 0)
+            #expect(try await Self.map(db).count == 2)
+            await database.pool.close()
+        }
+    }
+
+    /// `poopypals monitor rls` checks the map as it checks a device's tables: passes as migrated; an open read
+    /// policy, row-level security not forced, or a missing policy fails, named.
+    @Test func theRLSAuditChecksTheMap() async throws {
+        try await TestDatabase.withMigrated { db in
+            let clean = try await db.withConnection { try RLSAudit().run(on: $0) }
+            #expect(clean.ok, "\(clean.checks.filter { !$0.ok })")
+            #expect(clean.checks.contains { $0.check == "device_key_map: policy \"Profiles keep the key map\"" && $0.ok })
+            let report = try await db.withConnection { conn in
+                try conn.executeScript("""
+                    DROP POLICY "Devices can read own key" ON device_key_map;
+                    CREATE POLICY "Devices can read own key" ON device_key_map FOR SELECT USING (key = get_current_device_key() OR true);
+                    DROP POLICY "Devices can delete own key" ON device_key_map;
+                    ALTER TABLE device_key_map NO FORCE ROW LEVEL SECURITY
+                    """)
+                return try RLSAudit().run(on: conn)
+            }
+            #expect(!report.ok)
+            #expect(report.checks.contains { $0.check == "device_key_map: policy \"Devices can read own key\"" && $0.problem?.contains("USING is") == true })
+            #expect(report.checks.contains { $0.check == "device_key_map: policy \"Devices can delete own key\"" && $0.problem == "missing" })
+            #expect(report.checks.contains { $0.check == "device_key_map: row-level security forced" && !$0.ok })
+        }
+    }
+
+    /// The migration fills the map from the devices registered before it, leaving out one being erased.
+    @Test func theMigrationFillsTheMapFromEveryDeviceNotBeingErased() async throws {
+        try await TestDatabase.with { db in
+            let files = try MigrationFile.load(directory: TestProject.migrationsDirectory)
+            let options = { var options = Migrator.Options(); options.target = 25; return options }()
+            try await db.withConnection { _ = try Migrator(files: files, options: options).migrate(on: $0) }
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let logs = PoopLogRepository(database: database)
+            let (a, b, erasing) = (try DeviceID(UUID()), try DeviceID(UUID()), try DeviceID(UUID()))
+            for device in [a, b, erasing] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
+            for _ in 0..<3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: erasing) }
+            _ = try await devices.erase(as: erasing, batch: 1)
+            await database.pool.close()
+
+            try await db.withConnection { _ = try Migrator(files: files).migrate(on: $0) }
+            let map = try await Self.map(db)
+            #expect(map.count == 2)
+            #expect(map == (try await Self.liveDevices(db)))
+            #expect(map.contains { $0.hasPrefix(erasing.key.uuidString.lowercased()) } == false)
+            // And the device of the transaction is found through it.
+            let check = Database(pool: db.pool(size: 1))
+            let found = try await check.asDevice(a) { tx in
+                try tx.finalQuery("SELECT get_current_device_id() IS NOT NULL")[0].decode(0, as: Bool.self)
+            }
+            #expect(found)
+            await check.pool.close()
+        }
+    }
+}
