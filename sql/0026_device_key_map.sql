@@ -14,19 +14,41 @@
 -- Its columns are key and id, not device_id: a table with device_id is a device's table to `poopypals monitor
 -- rls`, whose four policies compare device_id with get_current_device_id(), which reads this table (a policy
 -- calling itself). Its own policies, written as plain calls (Citus refuses a sub-select in a policy): a device
--- reads, inserts and deletes only the row of its own key; the profile role (rotation, erasure) keeps any row.
+-- reads only the row of its own key; the profile role keeps any row. Only the trigger writes the map, as the
+-- profile role (SECURITY DEFINER): the service role may not insert or delete a row of it, not even one for its
+-- own key, since a row names the device a key stands for (a fresh key pointed at another device's id would be
+-- that device to every policy; the same reason the service role may not choose devices.id, 0021).
 --
--- The trigger's CREATE locks devices against writes until this transaction commits, so the map is filled from
--- every committed device and no registration slips between the fill and the trigger.
+-- Devices are locked against writes first, until this transaction commits, so the map is filled from every
+-- committed device and no registration slips between the fill and the trigger (the migrator's lock timeout and
+-- retry bound the wait).
+
+LOCK TABLE devices IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE TABLE device_key_map (
     key uuid PRIMARY KEY,
     id uuid NOT NULL UNIQUE
 );
 COMMENT ON TABLE device_key_map IS 'The device of each key, for devices not being erased (sql/0026): what get_current_device_id() reads.';
+ALTER TABLE device_key_map ENABLE ROW LEVEL SECURITY;
+ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY;
+CREATE POLICY "Devices can read own key" ON device_key_map FOR SELECT USING (key = get_current_device_key());
+
+-- The trigger function belongs to the profile role, which keeps the map (its policy, its grants).
+DO $$
+BEGIN
+    EXECUTE format('CREATE POLICY "Profiles keep the key map" ON device_key_map FOR ALL TO %I USING (current_user = %L) WITH CHECK (current_user = %L)',
+                   poopypals_profiles_role(), poopypals_profiles_role(), poopypals_profiles_role());
+    EXECUTE format('GRANT SELECT ON device_key_map TO %I', poopypals_service_role());
+    EXECUTE format('GRANT SELECT, INSERT, DELETE ON device_key_map TO %I', poopypals_profiles_role());
+    EXECUTE format('GRANT CREATE ON SCHEMA public TO %I', poopypals_profiles_role());
+    PERFORM set_config('role', poopypals_profiles_role(), true);
+END
+$$;
 
 CREATE FUNCTION devices_keep_key_map() RETURNS trigger
     LANGUAGE plpgsql
+    SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -39,24 +61,21 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- Filled as the profile role, which reads every device and keeps any row of the map: row-level security stays
+-- forced for the owner throughout (as in 0020).
+INSERT INTO public.device_key_map (key, id) SELECT d.key, d.id FROM public.devices d WHERE d.erasing_since IS NULL;
+
+RESET ROLE;
 CREATE TRIGGER devices_keep_key_map AFTER INSERT OR UPDATE OF key, erasing_since OR DELETE ON devices
     FOR EACH ROW EXECUTE FUNCTION devices_keep_key_map();
-
-ALTER TABLE device_key_map ENABLE ROW LEVEL SECURITY;
-ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY;
-CREATE POLICY "Devices can read own key" ON device_key_map FOR SELECT USING (key = get_current_device_key());
-CREATE POLICY "Devices can insert own key" ON device_key_map FOR INSERT WITH CHECK (key = get_current_device_key());
-CREATE POLICY "Devices can delete own key" ON device_key_map FOR DELETE USING (key = get_current_device_key());
+-- A trigger's function is not checked for EXECUTE when it fires: nobody needs to call it.
 DO $$
 BEGIN
-    EXECUTE format('CREATE POLICY "Profiles keep the key map" ON device_key_map FOR ALL TO %I USING (current_user = %L) WITH CHECK (current_user = %L)',
-                   poopypals_profiles_role(), poopypals_profiles_role(), poopypals_profiles_role());
-    EXECUTE format('GRANT SELECT, INSERT, DELETE ON device_key_map TO %I, %I', poopypals_service_role(), poopypals_profiles_role());
-    -- Filled as the profile role, which reads every device and keeps any row of the map: row-level security stays
-    -- forced for the owner throughout (as in 0020).
     PERFORM set_config('role', poopypals_profiles_role(), true);
-    INSERT INTO public.device_key_map (key, id) SELECT d.key, d.id FROM public.devices d WHERE d.erasing_since IS NULL;
+    REVOKE ALL ON FUNCTION devices_keep_key_map() FROM PUBLIC;
     PERFORM set_config('role', 'none', true);
+    EXECUTE format('REVOKE CREATE ON SCHEMA public FROM %I', poopypals_profiles_role());
 END
 $$;
 

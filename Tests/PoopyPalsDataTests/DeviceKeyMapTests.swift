@@ -52,8 +52,10 @@ struct DeviceKeyMapTests {
         }
     }
 
-    /// A device reads only its own row of the map, cannot add a row for another key, and cannot delete another's.
-    @Test func aDeviceReachesOnlyItsOwnRowOfTheMap() async throws {
+    /// A device reads only its own row of the map and writes none: not even a row for its own key (that would
+    /// point the key at a device of its choosing; only the trigger, as the profile role, writes the map), and it
+    /// deletes nothing.
+    @Test func aDeviceReadsOnlyItsOwnRowOfTheMapAndWritesNone() async throws {
         try await TestDatabase.withMigrated { db in
             let database = Database(pool: db.pool(size: 2))
             let devices = DeviceRepository(database: database)
@@ -64,23 +66,32 @@ struct DeviceKeyMapTests {
                 try tx.finalQuery("SELECT key FROM device_key_map").map { try $0.decode(0, as: UUID.self) }
             }
             #expect(seen == [a.key])
-            let forged = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(a) { tx in
-                    _ = try tx.finalQuery("INSERT INTO device_key_map (key, id) VALUES (\(UUID()), \(UUID()))")
+            // A fresh key (not registered) pointing itself at b's internal id, and a registered one adding a row.
+            let fresh = try DeviceID(UUID())
+            let bID = try await Superuser.column("SELECT id::text FROM devices WHERE key = '\(b.key.uuidString.lowercased())'", in: db.name)
+            for (device, id) in [(fresh, bID.first ?? ""), (a, UUID().uuidString)] {
+                let forged = await #expect(throws: PostgresError.self) {
+                    try await database.asDevice(device) { tx in
+                        _ = try tx.finalQuery("INSERT INTO device_key_map (key, id) VALUES (\(device.key), \(id)::uuid)")
+                    }
                 }
+                #expect(forged?.sqlState == "42501")
             }
-            #expect(forged?.sqlState == "42501")
-            let deleted = try await database.asDevice(a) { tx in
-                try tx.finalQuery("DELETE FROM device_key_map WHERE key = \(b.key)").rowsAffected
+            for device in [a, b] {
+                let deleted = await #expect(throws: PostgresError.self) {
+                    try await database.asDevice(a) { tx in
+                        _ = try tx.finalQuery("DELETE FROM device_key_map WHERE key = \(device.key)")
+                    }
+                }
+                #expect(deleted?.sqlState == "42501")
             }
-            #expect(deleted == 0)
             #expect(try await Self.map(db).count == 2)
             await database.pool.close()
         }
     }
 
     /// `poopypals monitor rls` checks the map as it checks a device's tables: passes as migrated; an open read
-    /// policy, row-level security not forced, or a missing policy fails, named.
+    /// policy, a policy that lets a device write, row-level security not forced, or a missing policy fails, named.
     @Test func theRLSAuditChecksTheMap() async throws {
         try await TestDatabase.withMigrated { db in
             let clean = try await db.withConnection { try RLSAudit().run(on: $0) }
@@ -90,14 +101,16 @@ struct DeviceKeyMapTests {
                 try conn.executeScript("""
                     DROP POLICY "Devices can read own key" ON device_key_map;
                     CREATE POLICY "Devices can read own key" ON device_key_map FOR SELECT USING (key = get_current_device_key() OR true);
-                    DROP POLICY "Devices can delete own key" ON device_key_map;
+                    DROP POLICY "Profiles keep the key map" ON device_key_map;
+                    CREATE POLICY "Devices can insert own key" ON device_key_map FOR INSERT WITH CHECK (key = get_current_device_key());
                     ALTER TABLE device_key_map NO FORCE ROW LEVEL SECURITY
                     """)
                 return try RLSAudit().run(on: conn)
             }
             #expect(!report.ok)
             #expect(report.checks.contains { $0.check == "device_key_map: policy \"Devices can read own key\"" && $0.problem?.contains("USING is") == true })
-            #expect(report.checks.contains { $0.check == "device_key_map: policy \"Devices can delete own key\"" && $0.problem == "missing" })
+            #expect(report.checks.contains { $0.check == "device_key_map: policy \"Profiles keep the key map\"" && $0.problem == "missing" })
+            #expect(report.checks.contains { $0.check == "device_key_map: no other permissive policies" && !$0.ok })
             #expect(report.checks.contains { $0.check == "device_key_map: row-level security forced" && !$0.ok })
         }
     }

@@ -98,15 +98,12 @@ public struct RLSAudit: Sendable {
         serviceRoleOverride = serviceRole
     }
 
-    /// `device_key_map` (sql/0026: what `get_current_device_id()` reads): a device reads, inserts and deletes only
-    /// the row of its own key; the profile role (rotation, erasure) keeps any row. Plain calls, no sub-select.
+    /// `device_key_map` (sql/0026: what `get_current_device_id()` reads): a device reads only the row of its own
+    /// key and writes none; the profile role (its trigger on `devices`) keeps any row. Plain calls, no sub-select.
     public static func keyMapPolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
-        let own = "(key = get_current_device_key())"
         let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
         return [
-            ExpectedPolicy(name: "Devices can read own key", command: "r", roles: [], using: own, check: nil),
-            ExpectedPolicy(name: "Devices can insert own key", command: "a", roles: [], using: nil, check: own),
-            ExpectedPolicy(name: "Devices can delete own key", command: "d", roles: [], using: own, check: nil),
+            ExpectedPolicy(name: "Devices can read own key", command: "r", roles: [], using: "(key = get_current_device_key())", check: nil),
             ExpectedPolicy(name: "Profiles keep the key map", command: "*", roles: [roles.profiles], using: profiles, check: profiles),
         ]
     }
