@@ -14,13 +14,7 @@ struct CitusTests {
     /// `citus.propagate_set_commands = 'local'`, is carried, and the policy then holds on the shard both ways.
     @Test func aSettingMadeWithSetConfigNeverReachesAWorkerButSetLocalDoes() async throws {
         try await CitusCluster.inSchema { conn, schema in
-            try CitusCluster.script(conn, """
-                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
-                SELECT create_distributed_table('\(schema).logs', 'device');
-                ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-                CREATE POLICY own ON \(schema).logs USING (device = current_setting('app.device_id', true))
-                    WITH CHECK (device = current_setting('app.device_id', true));
-                """)
+            try CitusCluster.createDeviceLogs(conn, in: schema)
             let refused = CitusCluster.error {
                 try conn.transaction { tx in
                     try tx.query("SELECT set_config('app.device_id', 'a', true)")
@@ -57,13 +51,7 @@ struct CitusTests {
     /// and a row of another device is refused.
     @Test func aSetLocalPreparedOnceIsCarriedToTheWorkerInEveryLaterTransaction() async throws {
         try await CitusCluster.inSchema { conn, schema in
-            try CitusCluster.script(conn, """
-                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
-                SELECT create_distributed_table('\(schema).logs', 'device');
-                ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-                CREATE POLICY own ON \(schema).logs USING (device = current_setting('app.device_id', true))
-                    WITH CHECK (device = current_setting('app.device_id', true));
-                """)
+            try CitusCluster.createDeviceLogs(conn, in: schema)
             let propagate = PostgresQuery(unsafeSQL: "SET LOCAL citus.propagate_set_commands = 'local'")
             let device = PostgresQuery(unsafeSQL: "SET LOCAL app.device_id = 'a'")
             for id in 1...2 {
@@ -305,6 +293,18 @@ enum CitusCluster {
             throw error
         }
         await pool.close()
+    }
+
+    /// `schema.logs (device, id)`, distributed by device, under a forced policy keyed on `app.device_id`: the
+    /// smallest table that shows whether a setting reaches the worker (its policy refuses the row otherwise).
+    static func createDeviceLogs(_ conn: Connection, in schema: String) throws {
+        try script(conn, """
+            CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+            SELECT create_distributed_table('\(schema).logs', 'device');
+            ALTER TABLE \(schema).logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+            CREATE POLICY own ON \(schema).logs USING (device = current_setting('app.device_id', true))
+                WITH CHECK (device = current_setting('app.device_id', true));
+            """)
     }
 
     /// Runs each statement on its own (a multi-statement script is one transaction, and Citus refuses some DDL

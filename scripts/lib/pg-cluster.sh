@@ -22,7 +22,7 @@ resume_stopped_backends() {
 init_cluster() {
   if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || die "running as root needs a 'postgres' user (apt-get install postgresql creates it)"
-    # The postgres user must reach the data dir; a project under /root is not reachable: use /tmp instead.
+    # The postgres user must reach the data dir; a project under /root is not reachable: use $PRIVATE_PARENT instead.
     if ! runuser -u postgres -- test -x "$(dirname "$STATE")"; then
       STATE=$(fallback_state)
       private_parent
