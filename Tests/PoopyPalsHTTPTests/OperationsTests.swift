@@ -148,6 +148,46 @@ struct OperationsTests {
         }
     }
 
+    /// Each scrape answers its own reading, whole. The scrape-time gauges lived in the process's registry: two scrapes
+    /// at once (two Prometheus servers, or here two instances in one process) each set them and rendered the
+    /// registry, so one answer could carry `archive_check_up` of one reading and `archive_enabled` of the other
+    /// (CI, stop 51: `check_up 0` beside an `enabled` that was not NaN).
+    @Test func concurrentScrapesEachAnswerTheirOwnWholeReading() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            // An instance whose database is never reachable: its every scrape reads nothing.
+            let blind = try await LiveAPI.start(ConnectionConfiguration(connectionString: "postgresql://nobody@127.0.0.1:1/none", connectTimeoutSeconds: 2))
+            var torn: [String] = []
+            var rounds = 0
+            let deadline = ContinuousClock.now + .seconds(20)
+            do {
+                while rounds < 150, ContinuousClock.now < deadline, torn.isEmpty {
+                    rounds += 1
+                    async let seeing = api.metrics()
+                    async let notSeeing = blind.metrics()
+                    let (a, b) = try await (seeing, notSeeing)
+                    func value(_ text: String, _ name: String) -> String? {
+                        text.split(separator: "\n").first { $0.hasPrefix("\(name) ") }.map { String($0.dropFirst(name.count + 1)) }
+                    }
+                    // The blind instance never reads the archive: up 0, every figure NaN.
+                    if value(b.text, "poopypals_archive_check_up") != "0.0" || value(b.text, "poopypals_archive_enabled") != "NaN" {
+                        torn.append("blind: up \(value(b.text, "poopypals_archive_check_up") ?? "-") enabled \(value(b.text, "poopypals_archive_enabled") ?? "-")")
+                    }
+                    // The other reads it (or, on a loaded machine, may not in 2 s): either way one reading.
+                    let up = value(a.text, "poopypals_archive_check_up"), enabled = value(a.text, "poopypals_archive_enabled")
+                    if !(up == "1.0" && (enabled == "0.0" || enabled == "1.0")) && !(up == "0.0" && enabled == "NaN") {
+                        torn.append("seeing: up \(up ?? "-") enabled \(enabled ?? "-")")
+                    }
+                }
+            } catch {
+                await blind.stop()
+                throw error
+            }
+            await blind.stop()
+            #expect(rounds >= 10, "only \(rounds) rounds in 20 s")
+            #expect(torn.isEmpty, "after \(rounds) rounds: \(torn)")
+        }
+    }
+
     @Test func aStoppedDatabaseGives503AndTheSameProcessRecovers() async throws {
         try await TestDatabase.withAPI(poolSize: 2) { api, db in
             let device = UUID()

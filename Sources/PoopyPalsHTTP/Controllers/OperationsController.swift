@@ -67,8 +67,12 @@ struct OperationsController: Sendable {
     }
 
     @Sendable func prometheus(_ request: Request, context: APIContext) async throws -> Response {
+        // This scrape's readings go into this answer only, never into the process's registry: two scrapes at once
+        // (two Prometheus servers) each set the registry's gauges and rendered it, so one answer could carry half
+        // of each reading.
+        var readings: [MetricsExposition.Gauge] = []
         func gauge(_ name: String, _ help: String, _ value: Double) {
-            metrics.makeGauge(descriptor: RequestMetrics.descriptor(name, help: help)).set(value)
+            readings.append(.init(name: name, help: help, value: value))
         }
         let pool = database.pool.statistics
         gauge("poopypals_db_pool_in_use", "Database connections lent to a request now.", Double(pool.inUse))
@@ -89,6 +93,6 @@ struct OperationsController: Sendable {
         gauge("poopypals_archive_last_archived_age_seconds", "Seconds since the primary last archived a WAL segment (-1: never).",
               archive.map { $0.secondsSinceLastArchived ?? -1 } ?? .nan)
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics))))
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: MetricsExposition.render(metrics, readings: readings))))
     }
 }

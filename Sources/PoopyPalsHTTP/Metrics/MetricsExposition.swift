@@ -3,8 +3,8 @@ import Prometheus
 
 /// What `/metrics` answers, in the text exposition format: the registry's families, with a `# HELP` added for the
 /// ones the data layer makes through swift-metrics (whose factory cannot pass one), then the process's own metrics,
-/// read from /proc at scrape time (Linux; elsewhere they are left out). The metrics test fails on a family without
-/// HELP, so a new swift-metrics name needs its line in `help`.
+/// read from /proc at scrape time (Linux; elsewhere they are left out), and the scrape's own readings (pool,
+/// archiving). The metrics test fails on a family without HELP, so a new swift-metrics name needs its line in `help`.
 enum MetricsExposition {
     static let help: [String: String] = [
         "poopypals_db_retries_total": "Request transactions run again after a transient failure (serialization, deadlock, lost connection, stale statement, a failover).",
@@ -13,7 +13,22 @@ enum MetricsExposition {
         "poopypals_http_refusals_total": "Requests a limit refused, by code: rate_limited, device_busy, export_busy, quota_exceeded, busy.",
     ]
 
-    static func render(_ registry: PrometheusCollectorRegistry) -> [UInt8] {
+    /// A gauge read for one scrape, rendered into that scrape's answer alone.
+    struct Gauge: Sendable {
+        let name: String
+        let help: String
+        let value: Double
+    }
+
+    /// A sample's value as the text format spells it: `NaN`, `+Inf`, `-Inf` (Swift's own `nan`, `inf` are not
+    /// the format's words, though lenient parsers take them).
+    static func sample(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value < 0 ? "-Inf" : "+Inf" }
+        return "\(value)"
+    }
+
+    static func render(_ registry: PrometheusCollectorRegistry, readings: [Gauge] = []) -> [UInt8] {
         var text = String(decoding: registry.emitToBuffer(), as: UTF8.self)
         var lines: [Substring] = []
         var previous: Substring = ""
@@ -27,6 +42,9 @@ enum MetricsExposition {
         }
         text = lines.joined(separator: "\n")
         if !text.isEmpty, !text.hasSuffix("\n") { text += "\n" }
+        for gauge in readings {
+            text += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(sample(gauge.value))\n"
+        }
         text += processMetrics()
         return Array(text.utf8)
     }
@@ -49,7 +67,7 @@ enum MetricsExposition {
         var limit = rlimit()
         let maxFDs = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? Double(limit.rlim_cur) : 0
         func family(_ name: String, _ type: String, _ help: String, _ value: Double) -> String {
-            "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(value)\n"
+            "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n\(name) \(sample(value))\n"
         }
         return family("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.", (user + system) / ticks)
             + family("process_resident_memory_bytes", "gauge", "Resident memory size, in bytes.", resident * page)
