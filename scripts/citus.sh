@@ -16,6 +16,9 @@
 #   scripts/citus.sh url      the coordinator's URL
 #   scripts/citus.sh superuser-url  the coordinator's superuser over its private socket (for tests)
 #   scripts/citus.sh socket-dir     the folder of the nodes' sockets (the postgres user's alone)
+#   scripts/citus.sh createdb NAME  a database NAME on every node, owned by the app's owner, with Citus in it and
+#                             the workers registered (a Citus database of its own, e.g. one per test); prints its URL
+#   scripts/citus.sh dropdb NAME    drop it from every node (nothing when it does not exist)
 #   scripts/citus.sh status   what runs, and the workers the coordinator knows
 #   scripts/citus.sh stop     stop the three servers (data kept)
 #   scripts/citus.sh reset    stop them and delete their data
@@ -297,6 +300,36 @@ stop_cluster() {
   return 0
 }
 
+# A database name the commands below accept: plain, so it needs no quoting anywhere, and not the cluster's own.
+valid_database() {
+  [[ "${1:-}" =~ ^[a-z][a-z0-9_]{0,40}$ ]] && [ "$1" != poopypals ] && [ "$1" != postgres ] && [[ "$1" != template* ]] \
+    || die "a database name is [a-z][a-z0-9_]{0,40}, not poopypals, postgres or template*: '${1:-}'"
+}
+
+create_database() {
+  local name=$1 node
+  for node in "${NODES[@]}"; do
+    node_running "$node" || die "the $node is not running (scripts/citus.sh start)"
+    # Not propagated from the coordinator: each node gets its own, as scripts/citus.sh start made the first.
+    node_psql "$node" postgres <<<"SET citus.enable_create_database_propagation = off; CREATE DATABASE $name OWNER poopypals;" >/dev/null
+    node_psql "$node" "$name" <<<"CREATE EXTENSION citus;" >/dev/null
+  done
+  node_psql coordinator "$name" -v sockets="$(socket_dir)" >/dev/null <<SQL
+SELECT citus_set_coordinator_host(:'sockets', $(node_port coordinator));
+SELECT citus_add_node(:'sockets', $(node_port worker1));
+SELECT citus_add_node(:'sockets', $(node_port worker2));
+SQL
+  sed "s|/poopypals\$|/$name|" "$STATE/url"
+}
+
+drop_database() {
+  local name=$1 node
+  for node in coordinator worker1 worker2; do
+    node_running "$node" || continue
+    node_psql "$node" postgres <<<"SET citus.enable_create_database_propagation = off; DROP DATABASE IF EXISTS $name WITH (FORCE);" >/dev/null
+  done
+}
+
 cmd=${1:-start}
 locate_state
 case "$cmd" in
@@ -316,6 +349,12 @@ case "$cmd" in
     [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
     echo "postgresql:///poopypals?host=$(socket_dir)&port=$(node_port coordinator)&user=postgres" ;;
   socket-dir) socket_dir ;;
+  createdb)
+    [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
+    valid_database "${2:-}"; create_database "$2" ;;
+  dropdb)
+    [ -f "$STATE/url" ] || die "no Citus cluster (scripts/citus.sh start)"
+    valid_database "${2:-}"; drop_database "$2" ;;
   status)
     if [ ! -f "$STATE/url" ]; then say "no Citus cluster in $STATE"; exit 0; fi
     for node in "${NODES[@]}"; do
@@ -328,5 +367,5 @@ case "$cmd" in
   reset)
     if [ -d "$STATE" ]; then stop_cluster; [ "$(socket_dir)" = "$STATE/run" ] || rm -rf "$(socket_dir)"; rm -rf "$STATE"; fi
     say "data removed" ;;
-  *) die "unknown command $cmd (install, start, url, superuser-url, socket-dir, status, stop, reset)" ;;
+  *) die "unknown command $cmd (install, start, url, superuser-url, socket-dir, createdb, dropdb, status, stop, reset)" ;;
 esac

@@ -1,4 +1,5 @@
 import Foundation
+import PoopyPalsData
 import PostgresClient
 import Testing
 import TestSupport
@@ -263,12 +264,62 @@ struct CitusTests {
             #expect(try CitusCluster.tasks(conn, "SELECT * FROM \(schema).logs WHERE id = 1") == shards)
         }
     }
+
+    /// `poopypals migrate` on a Citus coordinator with two workers applies every migration, in a database of its
+    /// own (`scripts/citus.sh createdb`). It stopped at sql/0010: Citus ran the migrations' statements on the
+    /// workers too, as the NOLOGIN role they had switched to ("role … is not permitted to log in"). The migrations
+    /// written for one PostgreSQL (up to `Migrator.lastSingleNodeVersion`) now run with Citus's DDL propagation off,
+    /// as the coordinator's own tables: nothing reaches a worker, and the service's roles stay NOLOGIN.
+    @Test func poopypalsMigrateAppliesEveryMigrationOnTheCoordinator() async throws {
+        let name = "citus_m_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let url = try await CitusCluster.createDatabase(name)
+        do {
+            let first = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
+            #expect(first.status == 0, "\(first.stdout)\n\(first.stderr)")
+            let latest = try MigrationFile.load(directory: TestProject.migrationsDirectory).map(\.version).max() ?? 0
+            #expect(first.stdout.contains("the database is at version \(latest)"), "\(first.stdout)")
+            let again = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(60))
+            #expect(again.status == 0 && again.stdout.contains("Nothing to apply"), "\(again.stdout)\n\(again.stderr)")
+            let conn = try Connection(configuration: ConnectionConfiguration(connectionString: url))
+            #expect(try conn.query("SELECT max(version) FROM schema_migrations")[0].decode(0, as: Int64.self) == latest)
+            // The service's roles: this database's, NOLOGIN on the coordinator, and absent from the workers.
+            let roles = try conn.query("SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname IN (poopypals_service_role(), poopypals_profiles_role())")
+            #expect(roles.count == 2)
+            #expect(try roles.allSatisfy { try !$0.decode("rolcanlogin", as: Bool.self) })
+            let onWorkers = try conn.query("""
+                SELECT result FROM run_command_on_workers(format('SELECT count(*) FROM pg_roles WHERE rolname LIKE %L', 'poopypals%' || \(name)))
+                """).map { try $0.decode(0, as: String.self) }
+            #expect(onWorkers == ["0", "0"], "\(onWorkers)")
+            // The migrator's session is back to Citus's default after the last one-node migration.
+            #expect(try conn.query("SHOW citus.enable_ddl_propagation")[0].decode(0, as: String.self) == "on")
+        } catch {
+            try? await CitusCluster.dropDatabase(name)
+            throw error
+        }
+        try await CitusCluster.dropDatabase(name)
+    }
 }
 
 /// The Citus coordinator the tests may use, and helpers for them.
 enum CitusCluster {
     static var url: String? {
         ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_URL"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// A Citus database of its own, on every node, the workers registered (`scripts/citus.sh createdb`): its URL.
+    static func createDatabase(_ name: String) async throws -> String {
+        let made = try await TestProject.run(["createdb", name], executable: TestProject.root.appendingPathComponent("scripts/citus.sh"),
+                                             timeout: .seconds(120))
+        guard made.status == 0, let url = made.stdout.split(separator: "\n").last.map(String.init), url.hasPrefix("postgresql://") else {
+            throw SetupError("scripts/citus.sh createdb \(name) failed: \(made.stderr)")
+        }
+        return url
+    }
+
+    static func dropDatabase(_ name: String) async throws {
+        let dropped = try await TestProject.run(["dropdb", name], executable: TestProject.root.appendingPathComponent("scripts/citus.sh"),
+                                                timeout: .seconds(120))
+        guard dropped.status == 0 else { throw SetupError("scripts/citus.sh dropdb \(name) failed: \(dropped.stderr)") }
     }
 
     static var sockets: String? {

@@ -83,6 +83,14 @@ public struct Migrator: Sendable {
     /// Distinguishes our session advisory lock from any other application's ("PoopyPls" in ASCII).
     static let advisoryLockKey: Int64 = 0x506F_6F70_7950_6C73
 
+    /// The last migration written for one PostgreSQL only (issue 45). On a Citus coordinator these run with Citus's
+    /// DDL propagation off, as local tables and functions of the coordinator: propagated, their statements run on
+    /// the workers as the role they switched to, and ours are NOLOGIN roles (`role … is not permitted to log in`,
+    /// sql/0010), and a schema grant to them is not carried (0013's function replaced on a worker without CREATE
+    /// on `public`). Later migrations are written for both, and run with Citus's defaults: a statement on a table
+    /// already distributed must reach its shards.
+    static let lastSingleNodeVersion: Int64 = 26
+
     static let historyTableSQL = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
             version bigint PRIMARY KEY,
@@ -143,7 +151,10 @@ public struct Migrator: Sendable {
         if pending.isEmpty { logger.info("database is up to date") }
         let restorePoint = pending.isEmpty || !options.createRestorePoint
             ? nil : try makeRestorePoint(from: applied.last?.version, on: connection)
-        let done = try zip(pending, scripts).map { file, script in try apply(file, script: script, on: connection) }
+        let citus = try connection.query("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')")[0].decode(0, as: Bool.self)
+        let done = try zip(pending, scripts).map { file, script in
+            try apply(file, script: script, local: citus && file.version <= Self.lastSingleNodeVersion, on: connection)
+        }
         return Run(applied: done, restorePoint: restorePoint)
     }
 
@@ -260,7 +271,8 @@ public struct Migrator: Sendable {
 
     // MARK: - Applying
 
-    private func apply(_ file: MigrationFile, script: SQLScript, on connection: Connection) throws -> Applied {
+    /// `local`: with Citus's DDL propagation off (`lastSingleNodeVersion`).
+    private func apply(_ file: MigrationFile, script: SQLScript, local: Bool, on connection: Connection) throws -> Applied {
         let clock = ContinuousClock()
         let started = clock.now
         var attempt = 1
@@ -271,12 +283,14 @@ public struct Migrator: Sendable {
                 if file.runsInTransaction {
                     try connection.transaction { connection in
                         try connection.query("SELECT set_config('lock_timeout', \(Self.milliseconds(options.lockTimeout)), true)")
+                        if local { try connection.query("SELECT set_config('citus.enable_ddl_propagation', 'off', true)") }
                         try run(script, of: file, on: connection)
                         try record(file, duration: clock.now - started, on: connection)
                     }
                 } else {
                     try connection.query("SELECT set_config('lock_timeout', \(Self.milliseconds(options.lockTimeout)), false)")
-                    defer { _ = try? connection.executeScript("RESET lock_timeout") }
+                    if local { try connection.query("SELECT set_config('citus.enable_ddl_propagation', 'off', false)") }
+                    defer { _ = try? connection.executeScript(local ? "RESET lock_timeout; RESET citus.enable_ddl_propagation" : "RESET lock_timeout") }
                     try run(script, of: file, on: connection)
                     try record(file, duration: clock.now - started, on: connection)
                 }
