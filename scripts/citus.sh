@@ -18,7 +18,7 @@
 #   scripts/citus.sh socket-dir     the folder of the nodes' sockets (the postgres user's alone)
 #   scripts/citus.sh createdb NAME  a database NAME on every node, owned by the app's owner, with Citus in it and
 #                             the workers registered (a Citus database of its own, e.g. one per test); prints its URL
-#   scripts/citus.sh dropdb NAME    drop it from every node (nothing when it does not exist)
+#   scripts/citus.sh dropdb NAME    drop it, and the service roles its migrations made, from every node
 #   scripts/citus.sh status   what runs, and the workers the coordinator knows
 #   scripts/citus.sh stop     stop the three servers (data kept)
 #   scripts/citus.sh reset    stop them and delete their data
@@ -326,7 +326,14 @@ drop_database() {
   local name=$1 node
   for node in coordinator worker1 worker2; do
     node_running "$node" || continue
-    node_psql "$node" postgres <<<"SET citus.enable_create_database_propagation = off; DROP DATABASE IF EXISTS $name WITH (FORCE);" >/dev/null
+    # With the service roles the migrations made for it (sql/0022: poopypals_app_NAME, poopypals_profiles_NAME).
+    node_psql "$node" postgres >/dev/null <<SQL
+SET client_min_messages = warning;
+SET citus.enable_create_database_propagation = off;
+SET citus.enable_ddl_propagation = off;
+DROP DATABASE IF EXISTS $name WITH (FORCE);
+DROP ROLE IF EXISTS poopypals_app_$name, poopypals_profiles_$name;
+SQL
   done
 }
 

@@ -297,6 +297,13 @@ struct CitusTests {
             throw error
         }
         try await CitusCluster.dropDatabase(name)
+        // Gone with its roles, from every node.
+        let cluster = try Connection(configuration: ConnectionConfiguration(connectionString: try #require(CitusCluster.url)))
+        let left = try cluster.query("""
+            SELECT count(*)::text FROM pg_roles WHERE rolname LIKE 'poopypals%' || \(name)
+            UNION ALL SELECT result FROM run_command_on_workers(format('SELECT count(*) FROM pg_roles WHERE rolname LIKE %L', 'poopypals%' || \(name)))
+            """).map { try $0.decode(0, as: String.self) }
+        #expect(left == ["0", "0", "0"], "\(left)")
     }
 }
 
