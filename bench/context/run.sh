@@ -10,7 +10,8 @@
 #
 # pgbench cannot vary a literal under -M prepared, so the SET LOCAL scripts run in the simple protocol, and so does
 # a set_config script beside them for the comparison: A vs C is the protocol's price, B vs C and E vs F the
-# statement's.
+# statement's. G is A's transaction with its eight constants sent as prepared SET LOCAL statements (what Citus
+# carries) and only the device by set_config: the price of the constants as SET LOCAL, prepared.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/bench/context
@@ -78,4 +79,5 @@ for round in 1 2 3; do
   run "B: SET LOCAL ×9, literals" simple b_simple_setlocal.sql
   run "F: set_config ×2 (role, device)" simple f_simple_setconfig_two.sql
   run "E: SET LOCAL ×2 (role, device), literals" simple e_simple_two.sql
+  run "G: SET LOCAL ×8 constants + set_config(device)" prepared g_prepared_setlocal.sql
 done
