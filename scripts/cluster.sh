@@ -132,10 +132,6 @@ autoctl() {
 
 # --- ports -----------------------------------------------------------------------------------------------
 # Busy: something listens there, or a TCP socket holds it. TIME-WAIT leftovers of our own earlier run do not count.
-port_busy() {
-  port_in_use "$1" && return 0
-  [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
-}
 pick_port() {
   local port=$1; shift
   while port_busy "$port" || [[ " $* " == *" $port "* ]]; do

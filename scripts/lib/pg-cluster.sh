@@ -77,6 +77,17 @@ SQL
 start_local() {
   local socket_dir; socket_dir=$(cat "$STATE/socket_dir")
   mkdir -p "$socket_dir"; [ "$(id -u)" = 0 ] && chown postgres: "$socket_dir"
+  # A restart: the port recorded when the cluster was made may be held now (55432 and 55418 lie in the kernel's
+  # ephemeral range, where a client connection's local end can hold a port nothing listens on; PostgreSQL 18's
+  # restart failed so once). Then the server moves to the next free port, and its URL with it (PgBouncer's
+  # configuration is written from $STATE/port at each start).
+  local port free; port=$(cat "$STATE/port"); free=$(first_free_port "$port")
+  if [ "$free" != "$port" ]; then
+    say "port $port is taken now; this server moves to $free"
+    echo "port = $free" | as_owner tee -a "$STATE/data/postgresql.conf" >/dev/null
+    echo "$free" >"$STATE/port"
+    sed -i "s|@127.0.0.1:$port/|@127.0.0.1:$free/|" "$STATE/url"
+  fi
   as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -l "$STATE/data/server.log" -w -t 60 start >/dev/null \
     || { tail -20 "$STATE/data/server.log" >&2 || true; die "the server did not start"; }
   say "PostgreSQL running on 127.0.0.1:$(cat "$STATE/port")"
