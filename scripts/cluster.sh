@@ -39,6 +39,7 @@
 #   scripts/cluster.sh check           pgbackrest check: a WAL switch of the primary reaches the repository
 #   scripts/cluster.sh sql 'SQL'       run SQL as the superuser on the primary (database poopypals)
 #   scripts/cluster.sh destroy         kill every node and delete its data folder (a drill's total loss)
+#   scripts/cluster.sh state-dir       where the state lives (below)
 #   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
 #   scripts/cluster.sh reset           stop and delete the state
 #
@@ -890,6 +891,7 @@ case "$cmd" in
   start) start_cluster ;;
   # shellcheck disable=SC2086
   url) need_cluster; app_url $NODES ;;
+  state-dir) echo "$STATE" ;;
   pgbouncer-url)
     need_cluster
     for name in $PGBOUNCERS; do

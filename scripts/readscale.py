@@ -77,11 +77,11 @@ def owner_command(argv):
 
 
 def state_dir():
-    state = os.path.join(ROOT, ".cluster")
-    if os.getuid() == 0 and subprocess.run(owner_command(["test", "-x", ROOT])).returncode != 0:
-        cksum = subprocess.run(["cksum"], input=ROOT + "\n", capture_output=True, text=True, check=True)
-        state = f"/var/lib/poopypals/cluster-{cksum.stdout.split()[0]}"
-    return state
+    """Where scripts/cluster.sh keeps the cluster (it decides: .cluster/, or root's /var/lib/poopypals/…)."""
+    found = subprocess.run([CLUSTER, "state-dir"], capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        raise HarnessError(f"scripts/cluster.sh state-dir failed: {found.stderr.strip()}")
+    return found.stdout.strip()
 
 
 def socket_dir(state):
