@@ -265,6 +265,48 @@ struct CitusTests {
         }
     }
 
+    /// The key → id map must be written from the coordinator, never from a trigger on a devices shard: that needs
+    /// nested execution, and a transaction over both workers then crashed them (signal 11 at COMMIT PREPARED) and
+    /// left the map's copies disagreeing (docs/scaling.md). Written by a function the coordinator runs, in the
+    /// same transaction as the devices it maps, over both workers: every copy holds every key, and a key already
+    /// taken (23505 from the map) takes the device's row back with it.
+    @Test func theKeyMapWrittenFromTheCoordinatorAgreesOnEveryNode() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).map (key text PRIMARY KEY, device text NOT NULL UNIQUE);
+                SELECT create_reference_table('\(schema).map');
+                CREATE TABLE \(schema).devices (device text PRIMARY KEY, model text NOT NULL);
+                SELECT create_distributed_table('\(schema).devices', 'device');
+                CREATE FUNCTION \(schema).register(p_key text, p_device text) RETURNS void LANGUAGE plpgsql AS $$
+                BEGIN
+                    INSERT INTO \(schema).map VALUES (p_key, p_device);
+                    INSERT INTO \(schema).devices VALUES (p_device, 'phone');
+                END $$;
+                """)
+            let devices = (1...12).map { "d\($0)" }
+            // Twelve devices land on shards of both workers.
+            let workers = try conn.query("""
+                SELECT count(DISTINCT p.nodeport) FROM unnest(string_to_array(\(devices.joined(separator: ",")), ',')) AS d(device),
+                    LATERAL (SELECT get_shard_id_for_distribution_column('\(unescaped: schema).devices', d.device) AS shard) s
+                    JOIN pg_dist_placement pl ON pl.shardid = s.shard JOIN pg_dist_node p ON p.groupid = pl.groupid
+                """)[0].decode(0, as: Int.self)
+            #expect(workers == 2)
+            try conn.transaction { tx in
+                for device in devices { try tx.query("SELECT \(unescaped: schema).register(\("k-" + device), \(device))") }
+            }
+            let copies = try conn.query("SELECT result FROM run_command_on_placements('\(unescaped: schema).map', 'SELECT count(*) FROM %s')")
+                .map { try $0.decode(0, as: String.self) }
+            #expect(copies == ["12", "12", "12"], "\(copies)")
+            #expect(try conn.query("SELECT count(*) FROM \(unescaped: schema).devices")[0].decode(0, as: Int.self) == 12)
+            let taken = CitusCluster.error { try conn.query("SELECT \(unescaped: schema).register('k-d1', 'd99')") }
+            #expect(taken?.contains("23505") == true || taken?.contains("duplicate key") == true, "\(taken ?? "no error")")
+            #expect(try conn.query("SELECT count(*) FROM \(unescaped: schema).devices WHERE device = 'd99'")[0].decode(0, as: Int.self) == 0)
+            let after = try conn.query("SELECT result FROM run_command_on_placements('\(unescaped: schema).map', 'SELECT count(*) FROM %s')")
+                .map { try $0.decode(0, as: String.self) }
+            #expect(after == ["12", "12", "12"], "\(after)")
+        }
+    }
+
     /// `poopypals migrate` on a Citus coordinator with two workers applies every migration, in a database of its
     /// own (`scripts/citus.sh createdb`). It stopped at sql/0010: Citus ran the migrations' statements on the
     /// workers too, as the NOLOGIN role they had switched to ("role … is not permitted to log in"). The migrations
@@ -298,7 +340,8 @@ struct CitusTests {
         }
         try await CitusCluster.dropDatabase(name)
         // Gone with its roles, from every node.
-        let cluster = try Connection(configuration: ConnectionConfiguration(connectionString: try #require(CitusCluster.url)))
+        let clusterURL = try #require(CitusCluster.url)
+        let cluster = try Connection(configuration: ConnectionConfiguration(connectionString: clusterURL))
         let left = try cluster.query("""
             SELECT count(*)::text FROM pg_roles WHERE rolname LIKE 'poopypals%' || \(name)
             UNION ALL SELECT result FROM run_command_on_workers(format('SELECT count(*) FROM pg_roles WHERE rolname LIKE %L', 'poopypals%' || \(name)))
