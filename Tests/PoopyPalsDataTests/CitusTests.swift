@@ -265,6 +265,36 @@ struct CitusTests {
         }
     }
 
+    /// A statement that finds its device through the key → id map (a reference table) is not routed: Citus knows
+    /// the distribution value only after the lookup, so a read goes to every shard (the lookup in each) and an
+    /// `INSERT … SELECT` is pulled to the coordinator and sent on from there; `VALUES ((SELECT …))` is refused. Only
+    /// the id itself, as a constant in the statement, routes to one shard. So on Citus the service must send the
+    /// device's id with its key: learned from the map once and kept (a stale id is harmless, the shard's policy
+    /// checks the key against its own copy of the map).
+    @Test func aStatementFindingItsDeviceThroughTheMapRunsOnEveryShard() async throws {
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                CREATE TABLE \(schema).map (key text PRIMARY KEY, device text NOT NULL UNIQUE);
+                SELECT create_reference_table('\(schema).map');
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                INSERT INTO \(schema).map VALUES ('k-a', 'a');
+                """)
+            let shards = try conn.query("SELECT current_setting('citus.shard_count')::int")[0].decode(0, as: Int.self)
+            let lookup = "(SELECT m.device FROM \(schema).map m WHERE m.key = 'k-a')"
+            #expect(try CitusCluster.tasks(conn, "SELECT * FROM \(schema).logs WHERE device = \(lookup)") == shards)
+            #expect(try CitusCluster.tasks(conn, "SELECT l.* FROM \(schema).logs l JOIN \(schema).map m ON m.device = l.device WHERE m.key = 'k-a'") == shards)
+            let insert = try conn.executeScript("EXPLAIN (COSTS OFF) INSERT INTO \(schema).logs SELECT m.device, 1 FROM \(schema).map m WHERE m.key = 'k-a'")
+                .map { try $0.decode(0, as: String.self) }
+            #expect(insert.contains { $0.contains("pull to coordinator") }, "\(insert)")
+            let values = CitusCluster.error { try conn.executeScript("INSERT INTO \(schema).logs VALUES (\(lookup), 2)") }
+            #expect(values?.contains("subqueries are not supported within INSERT queries") == true, "\(values ?? "no error")")
+            // The id as a constant, beside the lookup (what the policy will check): one shard.
+            #expect(try CitusCluster.tasks(conn, "SELECT * FROM \(schema).logs WHERE device = 'a' AND device = \(lookup)") == 1)
+            #expect(try CitusCluster.tasks(conn, "INSERT INTO \(schema).logs VALUES ('a', 3)") == 1)
+        }
+    }
+
     /// The key → id map must be written from the coordinator, never from a trigger on a devices shard: that needs
     /// nested execution, and a transaction over both workers then crashed them (signal 11 at COMMIT PREPARED) and
     /// left the map's copies disagreeing (docs/scaling.md). Written by a function the coordinator runs, in the
