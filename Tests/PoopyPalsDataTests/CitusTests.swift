@@ -295,6 +295,76 @@ struct CitusTests {
         }
     }
 
+    /// Adding capacity: shards move between workers with writes going on, and nothing is lost. Two of the logs'
+    /// shards are moved off one worker (one at a time: logical replication moves one per transaction), then
+    /// `citus_rebalance_start()` moves shards back until both workers hold as many, while another connection keeps
+    /// inserting (at most 20 s). Every row written before and every insert that was acknowledged is there after.
+    @Test func aRebalanceWithWritesGoingOnLosesNothing() async throws {
+        let url: String = try #require(CitusCluster.url)
+        try await CitusCluster.inSchema { conn, schema in
+            try CitusCluster.script(conn, """
+                SET citus.shard_count = 8;
+                CREATE TABLE \(schema).logs (device text NOT NULL, id int NOT NULL, PRIMARY KEY (device, id));
+                SELECT create_distributed_table('\(schema).logs', 'device');
+                RESET citus.shard_count;
+                INSERT INTO \(schema).logs SELECT 'd' || (g % 100), g FROM generate_series(1, 5000) g;
+                """)
+            func placements() throws -> [Int] {
+                try conn.query("SELECT count(*)::int FROM citus_shards WHERE table_name = \(schema + ".logs")::regclass GROUP BY nodeport ORDER BY nodeport")
+                    .map { try $0.decode(0, as: Int.self) }
+            }
+            #expect(try placements() == [4, 4])
+            let from = try conn.query("SELECT nodename, nodeport FROM citus_shards WHERE table_name = \(schema + ".logs")::regclass ORDER BY nodeport LIMIT 1")[0]
+            let (host, port) = (try from.decode(0, as: String.self), try from.decode(1, as: Int.self))
+            let to = try conn.query("SELECT nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 AND nodeport <> \(port)")[0].decode(0, as: Int.self)
+            let moving = try conn.query("SELECT shardid FROM citus_shards WHERE table_name = \(schema + ".logs")::regclass AND nodeport = \(port) ORDER BY shardid LIMIT 2")
+                .map { try $0.decode(0, as: Int64.self) }
+            for shard in moving {
+                try conn.query("SELECT citus_move_shard_placement(\(shard), \(host), \(port), \(host), \(to))")
+            }
+            #expect(try placements() == [2, 6])
+
+            // Writes during the rebalance, on a connection (and a thread) of their own.
+            let stop = Locked(false)
+            let outcome = Locked<(acknowledged: [Int], failed: Int, error: String?)>(([], 0, nil))
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                defer { done.signal() }
+                do {
+                    let writes = try Connection(configuration: ConnectionConfiguration(connectionString: url))
+                    var id = 100_000
+                    let deadline = ContinuousClock.now + .seconds(20)
+                    while !stop.value, ContinuousClock.now < deadline {
+                        id += 1
+                        do {
+                            try writes.query("INSERT INTO \(unescaped: schema).logs VALUES (\("d" + String(id % 100)), \(id))")
+                            outcome.withLock { $0.acknowledged.append(id) }
+                        } catch {
+                            outcome.withLock { $0.failed += 1 }
+                        }
+                        Thread.sleep(forTimeInterval: 0.005)
+                    }
+                } catch {
+                    outcome.withLock { $0.error = "\(error)" }
+                }
+            }
+            let started = ContinuousClock.now
+            try conn.query("SELECT citus_rebalance_start()")
+            try conn.query("SELECT citus_rebalance_wait()")
+            let took = ContinuousClock.now - started
+            stop.withLock { $0 = true }
+            done.wait()
+            let (acknowledged, failed, writerError) = outcome.value
+            #expect(writerError == nil, "\(writerError ?? "")")
+            #expect(try placements() == [4, 4])
+            let ids = Set(try conn.query("SELECT id FROM \(unescaped: schema).logs WHERE id > 100000").map { try $0.decode(0, as: Int.self) })
+            #expect(acknowledged.count > 0)
+            #expect(acknowledged.allSatisfy(ids.contains), "lost: \(acknowledged.filter { !ids.contains($0) })")
+            #expect(try conn.query("SELECT count(*) FROM \(unescaped: schema).logs WHERE id <= 5000")[0].decode(0, as: Int.self) == 5000)
+            print("citus rebalance: 2 shards moved back in \(took), \(acknowledged.count) inserts acknowledged meanwhile, \(failed) failed")
+        }
+    }
+
     /// The key → id map must be written from the coordinator, never from a trigger on a devices shard: that needs
     /// nested execution, and a transaction over both workers then crashed them (signal 11 at COMMIT PREPARED) and
     /// left the map's copies disagreeing (docs/scaling.md). Written by a function the coordinator runs, in the
