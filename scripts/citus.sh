@@ -218,8 +218,8 @@ start_node() {
   ensure_private_dir "$(socket_dir)"  # gone after a reboot when it lives under /tmp
   # synchronous_commit on, whatever the configuration says (clusters made before it was): with it off, a shard move
   # (citus_rebalance_start, logical replication) lost inserts it had acknowledged, 5 of 2 333 made during the move
-  # (CitusTests.aRebalanceWithWritesGoingOnLosesNothing; none in runs with it on). A commit not yet flushed when
-  # the move's last catch-up begins is never sent to the new placement.
+  # (CitusTests.aRebalanceWithWritesGoingOnLosesNothing; none in runs with it on). Likely: a commit not yet
+  # flushed when the move's last catch-up begins is never sent to the new placement.
   as_owner "$(bindir)/pg_ctl" -D "$STATE/$node/data" -l "$STATE/$node/server.log" -w -t 60 -o "-c synchronous_commit=on" start >/dev/null \
     || { as_owner tail -20 "$STATE/$node/server.log" >&2 || true; die "the $node did not start"; }
 }
