@@ -328,7 +328,7 @@ SQL
 
 drop_database() {
   local name=$1 node
-  for node in coordinator worker1 worker2; do
+  for node in "${NODES[@]}"; do
     node_running "$node" || continue
     # With the service roles the migrations made for it (sql/0022: poopypals_app_NAME, poopypals_profiles_NAME).
     node_psql "$node" postgres >/dev/null <<SQL

@@ -132,7 +132,7 @@ autoctl() {
 }
 
 # --- ports -----------------------------------------------------------------------------------------------
-# Busy: something listens there, or a TCP socket holds it. TIME-WAIT leftovers of our own earlier run do not count.
+# The first port from $1 up, below 29400, that is not busy (common.sh's port_busy) nor among the other arguments.
 pick_port() {
   local port=$1; shift
   while port_busy "$port" || [[ " $* " == *" $port "* ]]; do

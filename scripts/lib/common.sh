@@ -4,10 +4,9 @@
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # port_busy: something answers on port $1 or a socket holds it; first_free_port: the first port from $1 up that is
-# not busy. In the kernel's ephemeral range
-# (32768-60999) a port nothing listens on can still be the local end of a client connection, and bind() then fails
-# (the Citus stage of a fresh-clone run: its worker's port 55464 was held so, right after the suites). TIME-WAIT
-# leftovers do not count (PostgreSQL and PgBouncer bind with SO_REUSEADDR).
+# not busy. In the kernel's ephemeral range (32768-60999) a port nothing listens on can still be the local end of a
+# client connection, and bind() then fails (the Citus stage of a fresh-clone run: its worker's port 55464 was held
+# so, right after the suites). TIME-WAIT leftovers do not count (PostgreSQL and PgBouncer bind with SO_REUSEADDR).
 port_busy() {
   port_in_use "$1" || [ -n "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
 }
