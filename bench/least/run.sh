@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Issue 44's targets against the least transaction its own guarantees allow (bench/README.md, "The least
+# transaction"). For get, list 20 and create: PostgreSQL CPU per transaction from /proc (the postmaster and its
+# children), pgbench -M prepared, 8 clients, 6 s a run, 3 rounds, on a scratch database `leastbench` of the local
+# PostgreSQL 15 (scripts/db.sh), migrated, 1 000 devices with 30 logs each.
+#
+#   floor     the statement alone, autocommit, on bare copies (`floor.*`: same columns and indexes, no policy,
+#             trigger or key check); the device found by its key in a bare copy of the key map, as the bench's
+#             "database floor" section does
+#   least     what no implementation keeping the issue's guarantees can leave out: one transaction (BEGIN, COMMIT,
+#             pipelined) that calls set_config('app.device_id', key, true), the same statement on copies with
+#             forced row-level security through get_current_device_id() (`least.*`) and, for create, the foreign
+#             key to the device. No role switch, no time limit, no quota, no change number.
+#   sequenced (create) least, plus a change number under the device's order without writing the device row: a
+#             transaction-level advisory lock on the device (its writers take turns until COMMIT) and a sequence
+#   numbered  (create) least, plus the device's change number taken in the statement (one update of the device
+#             row, what the schema does; the device row also carries the quotas' counts)
+#   and, to see where least's cost goes, three transactions of least's shape around a statement of no work:
+#   `SELECT 1`, `SELECT get_current_device_id()` (what each policy runs once per statement), and the same lookup
+#   of the key map as a plain statement
+#   ours      the service's transaction as bench/ Scenario sends it (the context statement of nine set_config
+#             calls, role included, and the repository's statement), on the real tables
+#
+#   bench/least/run.sh [BINARY]     (BINARY: the poopypals executable, default .build/debug/poopypals)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BIN=${1:-$ROOT/.build/debug/poopypals}
+cd "$ROOT"
+[ -x "$BIN" ] || { echo "least: no $BIN (swift build)" >&2; exit 1; }
+command -v pgbench >/dev/null || { echo "least: pgbench missing (postgresql-contrib)" >&2; exit 1; }
+URL=$(scripts/db.sh start)
+SU=$(scripts/db.sh superuser-url)
+DATA=$(psql "$SU" -AtX -c "SHOW data_directory")
+WORK=$(mktemp -d)
+cleanup() {
+  psql "$SU" -qX -c "DROP DATABASE IF EXISTS leastbench" \
+    -c "DROP ROLE IF EXISTS poopypals_app_leastbench" -c "DROP ROLE IF EXISTS poopypals_profiles_leastbench" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+OWNER=$(psql "$URL" -AtX -c "SELECT current_user")
+cleanup; WORK=$(mktemp -d)
+psql "$SU" -qX -c "CREATE DATABASE leastbench OWNER \"$OWNER\"" >/dev/null
+CU=$(echo "$URL" | sed -E 's|/[^/?]+(\?\|$)|/leastbench\1|')
+DATABASE_URL=$CU "$BIN" migrate >"$WORK/migrate.log" 2>&1 || { tail -5 "$WORK/migrate.log" >&2; exit 1; }
+SCU=$(echo "$SU" | sed -E 's|:///[^?]+\?|:///leastbench?|')
+psql "$SCU" -qX -v ON_ERROR_STOP=1 -v owner="$OWNER" <<'SQL'
+INSERT INTO devices (key, model) SELECT gen_random_uuid(), 'bench' FROM generate_series(1, 1000);
+INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
+SELECT gen_random_uuid(), d.id, date_trunc('second', now()) - g * interval '1 hour', 4 FROM devices d, generate_series(1, 30) g;
+CREATE TABLE bench_keys AS
+SELECT row_number() OVER (ORDER BY d.key) AS n, d.key, (SELECT l.id FROM poop_logs l WHERE l.device_id = d.id LIMIT 1) AS log_id
+FROM devices d;
+CREATE UNIQUE INDEX ON bench_keys (n);
+GRANT SELECT ON bench_keys TO :"owner";
+CREATE SCHEMA floor AUTHORIZATION :"owner";
+CREATE SCHEMA least AUTHORIZATION :"owner";
+CREATE TABLE floor.device_key_map (LIKE device_key_map INCLUDING ALL);
+INSERT INTO floor.device_key_map SELECT * FROM device_key_map;
+CREATE TABLE floor.poop_logs (LIKE poop_logs INCLUDING ALL);
+INSERT INTO floor.poop_logs SELECT * FROM poop_logs;
+CREATE TABLE least.devices (LIKE devices INCLUDING ALL);
+INSERT INTO least.devices SELECT * FROM devices;
+CREATE TABLE least.poop_logs (LIKE poop_logs INCLUDING ALL);
+INSERT INTO least.poop_logs SELECT * FROM poop_logs;
+ALTER TABLE least.poop_logs ADD FOREIGN KEY (device_id) REFERENCES least.devices (id) ON DELETE CASCADE;
+ALTER TABLE floor.device_key_map OWNER TO :"owner";
+ALTER TABLE floor.poop_logs OWNER TO :"owner";
+ALTER TABLE least.devices OWNER TO :"owner";
+ALTER TABLE least.poop_logs OWNER TO :"owner";
+ALTER TABLE least.poop_logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+CREATE POLICY own_read ON least.poop_logs FOR SELECT USING (device_id = (SELECT get_current_device_id()));
+CREATE POLICY own_insert ON least.poop_logs FOR INSERT WITH CHECK (device_id = (SELECT get_current_device_id()));
+CREATE SEQUENCE least.change_seq;
+ALTER SEQUENCE least.change_seq OWNER TO :"owner";
+VACUUM ANALYZE;
+SQL
+# The policies bind the owner too (forced): the least transaction must see its own rows and no other device's.
+K1=$(psql "$SCU" -AtX -c "SELECT key FROM bench_keys WHERE n = 1")
+seen=$(psql "$CU" -qAtX -c "BEGIN" -c "SELECT set_config('app.device_id', '$K1', true)" -c "SELECT count(*), count(DISTINCT device_id) FROM least.poop_logs" -c "COMMIT" | sed -n 2p)
+[ "$seen" = "30|1" ] || { echo "least: forced policy not in effect (saw $seen rows|devices, expected 30|1)" >&2; exit 1; }
+
+cols="id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version"
+id() { echo "(SELECT m.id FROM $1 m WHERE m.key = :k::uuid)"; }
+device="SELECT set_config('app.device_id', :k, true);"
+ctx9="SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('idle_in_transaction_session_timeout', '10000', true), set_config('poopypals.max_logs_per_device', '100000', true), set_config('poopypals.max_tombstones_per_device', '100000', true), set_config('poopypals.device_write_burst', '600', true), set_config('poopypals.device_write_rate', '10', true);"
+get() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") AND id = :l;"; }
+list() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") ORDER BY occurred_at DESC, id DESC LIMIT 21;"; }
+insert() { echo "INSERT INTO $1 (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), $(id "$2"), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"; }
+numbered="WITH d AS (UPDATE least.devices SET change_seq = change_seq + 1 WHERE id = $(id device_key_map) RETURNING id, change_seq) INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), d.id, now(), 4, NULL, d.change_seq FROM d ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
+sequenced="INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), m.id, now(), 4, NULL, nextval('least.change_seq') FROM device_key_map m, LATERAL (SELECT pg_advisory_xact_lock(hashtextextended(m.id::text, 0))) AS turn WHERE m.key = :k::uuid ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
+create="WITH device AS (SELECT m.id FROM device_key_map m WHERE m.key = :k::uuid), inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), (SELECT id FROM device), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols) SELECT *, true AS created FROM inserted UNION ALL SELECT $cols, false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);"
+script() {  # NAME STATEMENT...: the key (and a log of the device) read outside the transaction, then the statements
+  local f=$WORK/$1.sql; shift
+  printf '%s\n' '\set n random(1, 1000)' 'SELECT key::text AS k, log_id AS l FROM bench_keys WHERE n = :n \gset' "$@" >"$f"
+}
+tx() { printf '%s\n' '\startpipeline' 'BEGIN;' "$@" 'COMMIT;' '\endpipeline'; }
+script "get_1_floor" "$(get floor.poop_logs floor.device_key_map)"
+script "get_2_least" "$(tx "$device" "$(get least.poop_logs device_key_map)")"
+script "get_4_ours" "$(tx "$ctx9" "$(get poop_logs device_key_map)")"
+script "list_1_floor" "$(list floor.poop_logs floor.device_key_map)"
+script "list_2_least" "$(tx "$device" "$(list least.poop_logs device_key_map)")"
+script "list_4_ours" "$(tx "$ctx9" "$(list poop_logs device_key_map)")"
+script "parts_1_SELECT 1" "$(tx "$device" "SELECT 1;")"
+script "parts_2_get_current_device_id()" "$(tx "$device" "SELECT get_current_device_id();")"
+script "parts_3_the key map lookup" "$(tx "$device" "SELECT m.id FROM device_key_map m WHERE m.key = :k::uuid;")"
+script "create_1_floor" "$(insert floor.poop_logs floor.device_key_map)"
+script "create_2_least" "$(tx "$device" "$(insert least.poop_logs device_key_map)")"
+script "create_3_sequenced" "$(tx "$device" "$sequenced")"
+script "create_4_numbered" "$(tx "$device" "$numbered")"
+script "create_5_ours" "$(tx "$ctx9" "$create")"
+
+cpu() {  # PostgreSQL CPU seconds so far: the postmaster, its live children and the children it reaped
+  python3 - "$DATA" <<'PY'
+import os, sys
+hz = os.sysconf("SC_CLK_TCK")
+pm = int(open(os.path.join(sys.argv[1], "postmaster.pid")).readline())
+def stat(pid):
+    s = open(f"/proc/{pid}/stat").read(); f = s[s.rindex(")") + 2:].split()
+    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+total = sum(stat(pm)[1:])
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        ppid, own, _ = stat(int(pid))
+    except (OSError, ValueError):
+        continue
+    if ppid == pm:
+        total += own
+print(total / hz)
+PY
+}
+backends_gone() {  # pgbench's backends exit after it does; a read before they are reaped would miss their CPU
+  for _ in $(seq 50); do
+    [ "$(psql "$SCU" -AtX -c "SELECT count(*) FROM pg_stat_activity WHERE datname = 'leastbench' AND pid <> pg_backend_pid()")" = 0 ] && return
+    sleep 0.1
+  done
+}
+run() {  # NAME
+  local before after out n tps
+  backends_gone; before=$(cpu)
+  out=$(pgbench -n -M prepared -c 8 -j 2 -T 6 -f "$WORK/$1.sql" "$CU" 2>&1) || { echo "$out" | tail -5 >&2; exit 1; }
+  backends_gone; after=$(cpu)
+  n=$(echo "$out" | sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p')
+  tps=$(echo "$out" | sed -nE 's/^tps = ([0-9.]+).*/\1/p')
+  [ "${n:-0}" -gt 0 ] || { echo "$out" | tail -5 >&2; exit 1; }
+  printf '| %s | %s | %.0f | %.0f |\n' "${1%%_*}" "${1#*_?_}" "$tps" "$(python3 -c "print(($after - $before) / $n * 1e6)")"
+}
+echo "| transaction | shape | tps | PostgreSQL CPU µs per transaction |"
+echo "|---|---|---|---|"
+for round in 1 2 3; do
+  for f in "$WORK"/*.sql; do run "$(basename "$f" .sql)"; done
+done
