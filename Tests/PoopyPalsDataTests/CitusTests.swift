@@ -1,5 +1,5 @@
 import Foundation
-import PoopyPalsData
+@testable import PoopyPalsData
 import PostgresClient
 import Testing
 import TestSupport
@@ -124,6 +124,88 @@ struct CitusTests {
             let login = CitusCluster.error { _ = try Connection(configuration: ConnectionConfiguration(connectionString: url)) }
             #expect(login?.contains("password") == true, "\(login ?? "no error")")
         }
+    }
+
+    /// The service's own request transaction on a Citus coordinator (issue 45, "the request context in a form Citus
+    /// carries"): `Database` finds the `citus` extension and sends, in the request's one pipeline, the context as
+    /// `SET LOCAL` statements besides its `set_config` one. A shard's policy (on a worker) admits a row only when it
+    /// sees the device's key and every time limit, quota and write-bucket setting the coordinator set; a read sees
+    /// the device's own rows only; a request of one statement is one round trip; the constant statements are
+    /// prepared once, the device's never kept. The same transaction without them is refused on the worker.
+    @Test func theRequestTransactionCarriesItsWholeContextToTheWorkers() async throws {
+        let name = "citus_c_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let url = try await CitusCluster.createDatabase(name)
+        let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
+                                                       maxConnections: 1))
+        do {
+            let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
+            try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+            let seen = "concat_ws('/', current_setting('statement_timeout'), current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout'), current_setting('poopypals.max_logs_per_device', true), current_setting('poopypals.max_tombstones_per_device', true), current_setting('poopypals.device_write_burst', true), current_setting('poopypals.device_write_rate', true))"
+            try await pool.withConnection { conn in
+                // The service role as a distributed schema will need it (docs/scaling.md step 3): LOGIN, on every node.
+                let role = try conn.query("SELECT poopypals_service_role()")[0].decode(0, as: String.self)
+                try CitusCluster.run(conn, "ALTER ROLE \(role) LOGIN")
+                try CitusCluster.run(conn, "SELECT run_command_on_workers('CREATE ROLE \(role) LOGIN')")
+                try CitusCluster.script(conn, """
+                    CREATE TABLE ctx_probe (device uuid NOT NULL, seen text NOT NULL, PRIMARY KEY (device, seen));
+                    SELECT create_distributed_table('ctx_probe', 'device');
+                    ALTER TABLE ctx_probe ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+                    CREATE POLICY own ON ctx_probe USING (device = NULLIF(current_setting('app.device_id', true), '')::uuid)
+                        WITH CHECK (device = NULLIF(current_setting('app.device_id', true), '')::uuid AND seen = \(seen));
+                    GRANT SELECT, INSERT ON ctx_probe TO \(role);
+                    """)
+            }
+            let database = Database(pool: pool, timeouts: RequestTimeouts(statement: .milliseconds(4321), lock: .milliseconds(1234)),
+                                    quotas: DeviceQuotas(maxLogs: 777, maxTombstones: 555), rates: RateLimits(writeBurst: 33, writesPerSecond: 7))
+            let devices = try [DeviceID(UUID()), DeviceID(UUID())]
+            let write = { @Sendable (device: DeviceID) in
+                try await database.asDevice(device) { tx in
+                    // What the coordinator's context holds, written where only a worker's policy can check it.
+                    let here = try tx.query("SELECT \(unescaped: seen)")[0].decode(0, as: String.self)
+                    try tx.finalQuery("INSERT INTO ctx_probe VALUES (\(device.key), \(here))")
+                    return here
+                }
+            }
+            let written = try await write(devices[0])
+            #expect(written.hasSuffix("/777/555/33/7"), "\(written)")
+            _ = try await write(devices[1])
+
+            // One statement, one round trip (the Citus question was asked at the first request, and kept).
+            let before = try await pool.withConnection { $0.roundTrips }
+            let read = try await database.asDevice(devices[0], readOnly: true) { tx in
+                try tx.finalQuery("SELECT device, seen FROM ctx_probe").map { try $0.decode(0, as: UUID.self) }
+            }
+            #expect(try await pool.withConnection { $0.roundTrips } - before == 1)
+            #expect(read == [devices[0].key])
+            let prepared = try await pool.withConnection { conn in
+                try conn.query("""
+                    SELECT count(*) FILTER (WHERE statement LIKE 'SET LOCAL app.device_id%')::int,
+                           count(*) FILTER (WHERE statement LIKE 'SET LOCAL poopypals.max_logs_per_device%')::int
+                    FROM pg_prepared_statements
+                    """).map { [try $0.decode(0, as: Int.self), try $0.decode(1, as: Int.self)] }.first
+            }
+            #expect(prepared == [0, 1], "the device's SET LOCAL is a one-off, the constants are prepared: \(prepared ?? [])")
+
+            // Without the SET LOCAL statements, the same transaction: the worker sees no device.
+            let refused = await CitusCluster.error {
+                try await pool.withConnection { conn in
+                    let tx = DeviceTransaction(connection: conn, device: devices[0], settings: ContextSettings(database.timeouts, quotas: database.quotas, rates: database.rates))
+                    do {
+                        try tx.finalQuery("INSERT INTO ctx_probe VALUES (\(devices[0].key), 'x')")
+                    } catch {
+                        _ = try? conn.executeScript("ROLLBACK")
+                        throw error
+                    }
+                }
+            }
+            #expect(refused?.contains("row-level security policy") == true, "\(refused ?? "no error")")
+        } catch {
+            await pool.close()
+            try? await CitusCluster.dropDatabase(name)
+            throw error
+        }
+        await pool.close()
+        try await CitusCluster.dropDatabase(name)
     }
 
     /// The nodes trust whoever reaches their socket folder (scripts/citus.sh): that folder must be the cluster
@@ -539,6 +621,15 @@ enum CitusCluster {
     static func error(_ body: () throws -> Void) -> String? {
         do {
             try body()
+            return nil
+        } catch {
+            return PostgresError.find(in: error)?.message ?? "\(error)"
+        }
+    }
+
+    static func error(_ body: () async throws -> Void) async -> String? {
+        do {
+            try await body()
             return nil
         } catch {
             return PostgresError.find(in: error)?.message ?? "\(error)"

@@ -31,6 +31,15 @@ struct RequestTransactionTests {
             before = try await Self.roundTrips(database)
             try await database.asDevice(DeviceID(device)) { _ in 42 }  // nothing sent at all
             #expect(try await Self.roundTrips(database) - before == 0)
+
+            // On plain PostgreSQL (no `citus` extension) the context is the one set_config statement: none of the
+            // SET LOCAL statements a Citus coordinator gets (about ten more protocol messages a request) is sent.
+            let (extensions, setLocal) = try await database.pool.withConnection { conn in
+                (try conn.installedExtensions(),
+                 try conn.query("SELECT count(*)::int FROM pg_prepared_statements WHERE statement ILIKE 'SET LOCAL%'")[0].decode(0, as: Int.self))
+            }
+            #expect(!extensions.contains("citus") && extensions.contains("plpgsql"), "\(extensions)")
+            #expect(setLocal == 0)
             await database.pool.close()
         }
     }

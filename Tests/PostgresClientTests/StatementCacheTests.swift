@@ -63,4 +63,35 @@ struct StatementCacheTests {
             #expect(lengths.1 == 6)
         }
     }
+
+    /// A one-off statement (text that changes with every call, such as a `SET LOCAL` of a validated literal) runs
+    /// in a pipeline with cached ones, and neither enters the cache nor stays prepared on the server: a thousand
+    /// of them leave the cache as one cached statement left it.
+    @Test func aOneOffStatementIsNeverCachedNorKeptOnTheServer() async throws {
+        try await TestDatabase.with { db in
+            let (cached, prepared, values) = try await db.withConnection { conn in
+                try conn.query("SELECT 1 AS warm")
+                let before = conn.cachedStatementCount
+                var values: [Int] = []
+                for n in 1...1000 {
+                    let results = try conn.pipelineResults([
+                        "BEGIN",
+                        PostgresQuery(unsafeSQL: "SET LOCAL application_name = 'one-off \(n)'").asOneOff(),
+                        "SELECT current_setting('application_name') AS name",
+                        "COMMIT",
+                    ])
+                    let name = try results[2].get()[0].decode("name", as: String.self)
+                    values.append(Int(name.dropFirst("one-off ".count)) ?? -1)
+                }
+                let cached = conn.cachedStatementCount - before
+                let prepared = try conn.query("SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE 'SET LOCAL%'")[0]
+                    .decode("n", as: Int.self)
+                return (cached, prepared, values)
+            }
+            // BEGIN, the SELECT and COMMIT were new: three cached statements, none of them the SET LOCAL.
+            #expect(cached == 3)
+            #expect(prepared == 0)
+            #expect(values == Array(1...1000))
+        }
+    }
 }

@@ -115,8 +115,10 @@ public final class Database: Sendable {
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
+                let carried = try Self.carriesContext(on: connection)
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
-                                                    snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder)
+                                                    snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder,
+                                                    carried: carried)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)
@@ -130,6 +132,13 @@ public final class Database: Sendable {
                 }
             }
         }
+    }
+
+    /// Whether the device context must be carried to Citus workers (`DeviceTransaction`'s `carried`): the database
+    /// has the `citus` extension. Asked once per connection, at its first device transaction (one round trip
+    /// before it), and kept with the connection (`Connection.installedExtensions`).
+    private static func carriesContext(on connection: Connection) throws -> Bool {
+        try connection.installedExtensions().contains("citus")
     }
 
     /// Runs `work` in a transaction as the connecting role, with no device: for migrations, monitoring and

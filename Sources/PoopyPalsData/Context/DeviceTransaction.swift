@@ -28,14 +28,17 @@ public final class DeviceTransaction {
     /// - Parameter freshAt: on a standby, the transaction goes on only if the standby has replayed this far (checked
     ///   in the same round trip as the first statement); else `StaleStandby` is thrown. A primary is always fresh.
     /// - Parameter recorder: receives the position the COMMIT reached (a write's `Consistency-Token`).
+    /// - Parameter carried: the database is a Citus coordinator: the context is also sent as `SET LOCAL`
+    ///   statements, which Citus carries to the workers (`ContextSettings.carried`, and the device's key), in the
+    ///   same pipeline.
     init(connection: Connection, device: DeviceID, settings: ContextSettings = .default, snapshot: Bool = false, readOnly: Bool = false,
-         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil) {
+         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil, carried: Bool = false) {
         self.connection = connection
         self.device = device
         self.readOnly = snapshot || readOnly
         self.recorder = snapshot || readOnly ? nil : recorder
         var prefix: [PostgresQuery] = []
-        prefix.reserveCapacity(freshAt == nil ? 2 : 3)
+        prefix.reserveCapacity((freshAt == nil ? 2 : 3) + (carried ? settings.carried.count + 1 : 0))
         prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
@@ -46,6 +49,13 @@ public final class DeviceTransaction {
         if let freshAt {
             prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
             checksFreshness = true
+        }
+        if carried {
+            prefix.append(contentsOf: settings.carried)
+            // SET LOCAL takes no parameter: the key is spliced in as a literal. It is a UUID we derived and print
+            // ourselves (hex digits and hyphens only), never the client's text. One-off: a statement per device
+            // would fill the statement cache.
+            prefix.append(PostgresQuery(unsafeSQL: "SET LOCAL app.device_id = '\(UUIDText.lowercase(device.key))'").asOneOff())
         }
         self.prefix = prefix
     }

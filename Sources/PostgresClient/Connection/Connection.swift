@@ -170,6 +170,19 @@ public final class Connection {
         statements.closed()
     }
 
+    /// The extensions installed in the connected database (`pg_extension`), asked at the first call (one round
+    /// trip) and kept for the connection's life: a caller that adapts what it sends to the database (the Citus
+    /// context) asks once per connection, not per request. An extension created later is seen by connections
+    /// opened after it.
+    public func installedExtensions() throws -> Set<String> {
+        if let extensions { return extensions }
+        let names = try Set(query("SELECT extname::text FROM pg_catalog.pg_extension").map { try $0.decode(0, as: String.self) })
+        extensions = names
+        return names
+    }
+
+    private var extensions: Set<String>?
+
     /// Statements in the cache (for tests).
     var cachedStatementCount: Int { statements.count }
 
@@ -267,7 +280,7 @@ public final class Connection {
         for (index, query) in queries.enumerated() {
             let sent: Int32 = withCStringArray(query.binds) { values in
                 guard let count = Int32(exactly: query.binds.count) else { return 0 }
-                guard configuration.statementCache else {
+                guard configuration.statementCache, !query.oneOff else {
                     if SessionState.mayPersist(query.sql) { sessionMayBeDirty = true }
                     return PQsendQueryParams(pointer, query.sql, count, nil, values, nil, nil, query.binaryResults ? 1 : 0)
                 }
@@ -319,7 +332,7 @@ public final class Connection {
         // Only the first failure is the server's verdict; the rest were skipped because of it.
         guard let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } }),
               case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }
-        let fromCache = fresh[failed] == nil && configuration.statementCache
+        let fromCache = fresh[failed] == nil && configuration.statementCache && !queries[failed].oneOff
         switch error.sqlState {
         case .featureNotSupported where fromCache:
             // "cached plan must not change result type": this statement only.

@@ -18,6 +18,10 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
     /// (`PostgresDecodable.decode(postgresBinary:type:)`): text, integers, booleans, UUIDs, timestamps, dates,
     /// floats. Any other column fails to decode, clearly.
     public var binaryResults = false
+    /// Sent as the unnamed statement, parsed for this execution only, and never kept in the connection's statement
+    /// cache: for SQL whose text changes with every call (a validated literal in a statement that takes no
+    /// parameter, such as `SET LOCAL`), which would otherwise fill the cache and evict the statements worth keeping.
+    public var oneOff = false
 
     /// SQL with values bound by position. `sql` must not contain values spliced in by hand.
     public init(unsafeSQL sql: String, binds: [any PostgresEncodable] = []) {
@@ -63,6 +67,13 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
 
     /// The SQL text only: bound values are never printed.
     public var description: String { sql }
+
+    /// This query with `oneOff` set.
+    public func asOneOff() -> PostgresQuery {
+        var query = self
+        query.oneOff = true
+        return query
+    }
 
     /// This query with `binaryResults` set.
     public func withBinaryResults() -> PostgresQuery {
