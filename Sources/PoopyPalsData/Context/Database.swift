@@ -11,7 +11,7 @@ public final class Database: Sendable {
     public let retryPolicy: RetryPolicy
     public let timeouts: RequestTimeouts
     /// `timeouts`, `quotas` and `rates` as the transaction's context statement sets them.
-    private let contextSettings: ContextSettings
+    let contextSettings: ContextSettings
     private let logger = Logger(label: "poopypals.db")
     private let retries = Counter(label: "poopypals_db_retries_total")
     private let readsOnPrimary = Counter(label: "poopypals_db_reads_on_primary_total")
@@ -115,7 +115,14 @@ public final class Database: Sendable {
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
-                let carried = try Self.carriesContext(on: connection)
+                let carried: Bool
+                do {
+                    carried = try Self.carriesContext(on: connection)
+                } catch {
+                    // Nothing of the transaction was sent: a lost or hung connection here is what it would be in the
+                    // transaction's first round trip (its own error, not a server's verdict on the context).
+                    throw AttemptFailure(error: error, commitSent: false)
+                }
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder,
                                                     carried: carried)

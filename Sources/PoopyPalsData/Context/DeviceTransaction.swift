@@ -42,6 +42,7 @@ public final class DeviceTransaction {
         prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
+        // (Only the Citus statements below splice values: our own numbers, and the key we print ourselves.)
         prefix.append(PostgresQuery(unsafeSQL: Self.context, textBinds: [
             UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
