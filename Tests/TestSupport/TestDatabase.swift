@@ -9,6 +9,12 @@ public enum TestEnvironment {
     public static var hasPgBouncer: Bool { ProcessInfo.processInfo.environment["PGBOUNCER_URL"]?.isEmpty == false }
     /// `POOPYPALS_TEST_SUPERUSER_URL`: a superuser login on the same server.
     public static var hasSuperuser: Bool { ProcessInfo.processInfo.environment["POOPYPALS_TEST_SUPERUSER_URL"]?.isEmpty == false }
+    /// `POOPYPALS_TEST_EXTENSION`: an extension every test database gets (as the superuser) before its test runs:
+    /// `citus`, for the suites on a Citus coordinator (scripts/test.sh), where the service then sends its context in
+    /// the form Citus carries to workers.
+    public static var extensionInEveryDatabase: String? {
+        ProcessInfo.processInfo.environment["POOPYPALS_TEST_EXTENSION"].flatMap { $0.range(of: "^[a-z_]+$", options: .regularExpression) == nil ? nil : $0 }
+    }
 }
 
 /// A database of a test's own, created from `DATABASE_URL` and dropped afterwards, so tests run in parallel.
@@ -67,6 +73,11 @@ public struct TestDatabase: Sendable {
         configuration.database = String(name)
         let database = TestDatabase(name: String(name), configuration: configuration)
         do {
+            if let extensionName = TestEnvironment.extensionInEveryDatabase {
+                // Made in the copy, not in the template: Citus keeps a connection to every database that has it, and
+                // a database in use cannot be copied ("source database … is being accessed by other users").
+                try await Superuser.execute("CREATE EXTENSION IF NOT EXISTS \(extensionName)", in: database.name)
+            }
             let value = try await body(database)
             try await database.drop(using: admin)
             return value
