@@ -47,9 +47,12 @@ struct DatabaseIsolationTests {
     func neitherOwnerCanReachTheOthersRowsByAnyRoleSwitch() async throws {
         let superuserURL = try #require(PgDump.superuserURL)
         // "postgresql:///postgres?host=…&port=…&user=postgres": the private socket, where every login is trusted.
+        // The database is the URL's path, whichever database it names (Superuser.url).
+        let base = try #require(URLComponents(string: superuserURL))
         @Sendable func url(_ database: String, _ user: String) -> String {
-            superuserURL.replacingOccurrences(of: "/postgres?", with: "/\(database)?")
-                .replacingOccurrences(of: "user=postgres", with: "user=\(user)")
+            var components = base
+            components.path = "/" + database
+            return (components.string ?? superuserURL).replacingOccurrences(of: "user=postgres", with: "user=\(user)")
         }
         // What a run killed before its clean-up left (its owner would be named by the audit below too).
         for role in try await Superuser.column("SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'pp\\_owner\\_%'") {

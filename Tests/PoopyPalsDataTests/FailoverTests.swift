@@ -146,7 +146,7 @@ struct FailoverTests {
             var resumed = false
             defer { if !resumed { kill(pid, SIGCONT) } }
             let terminated = try await db.withConnection { conn in
-                try conn.query("SELECT pg_terminate_backend(\(pid))")[0].decode(0, as: Bool.self)
+                try conn.query("SELECT pg_terminate_backend(\(pid)::int)")[0].decode(0, as: Bool.self)
             }
             #expect(terminated)
             // Resumed 300 ms later from a thread of its own: the probe's query is on its way by then. (Slept on

@@ -313,14 +313,14 @@ struct MonitorCommandTests {
             await pool.close()
             #expect(!report.ok)
             #expect(report.checks.contains { $0.check.hasSuffix("is not a superuser") && $0.check.hasPrefix("the login role") && !$0.ok })
-            let cli = try await TestProject.run(["monitor", "rls", "--database-url", url.replacingOccurrences(of: "/postgres?", with: "/\(db.name)?")])
+            let cli = try await TestProject.run(["monitor", "rls", "--database-url", try Superuser.url(database: db.name)])
             #expect(cli.status == 1)
             #expect(cli.stdout.contains("FAIL the login role postgres is not a superuser"))
             // serve says so at start.
             let process = Process()
             process.executableURL = TestProject.binary
             process.arguments = ["serve", "--port", "0", "--metrics-port", "0", "--database-url",
-                                 url.replacingOccurrences(of: "/postgres?", with: "/\(db.name)?")]
+                                 try Superuser.url(database: db.name)]
             var environment = ProcessInfo.processInfo.environment
             environment["AUTH_JWT_SECRET"] = String(repeating: "k", count: 40)
             environment["DATABASE_URL"] = nil

@@ -196,7 +196,7 @@ struct OperationsTests {
             // The database goes away: no new connections, and the existing ones are cut.
             try await admin.withConnection { conn in
                 try conn.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS false")
-                try conn.query("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = \(db.name)")
+                try conn.query("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = \(db.name) AND backend_type = 'client backend'")
             }
             let ready = try await api.send("GET", "/readyz")
             #expect(ready.status == 503)

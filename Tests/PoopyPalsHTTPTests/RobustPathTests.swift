@@ -165,7 +165,7 @@ struct RobustPathTests {
             // Sessions made before the change are not read-only: end them, as a demotion's restart does, and wait
             // until they are gone (a probe sent to a session still ending is asked again: FailoverTests.readinessOnAConnectionTerminatedUnderItAsksAgainOnAFreshOne).
             try await db.withConnection { conn in
-                try conn.executeScript("BEGIN READ WRITE; SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid(); COMMIT")
+                try conn.executeScript("BEGIN READ WRITE; SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'; COMMIT")
             }
             let ready = try await api.send("GET", "/readyz")
             #expect(ready.status == 503)

@@ -56,7 +56,7 @@ struct PoolTests {
             // Terminate every pooled backend from outside, waiting until each has exited.
             try await db.withConnection { conn in
                 for pid in before {
-                    let terminated = try conn.query("SELECT pg_terminate_backend(\(pid), 5000)")[0].decode(0, as: Bool.self)
+                    let terminated = try conn.query("SELECT pg_terminate_backend(\(pid)::int, 5000)")[0].decode(0, as: Bool.self)
                     #expect(terminated)
                 }
             }

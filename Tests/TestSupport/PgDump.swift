@@ -37,8 +37,7 @@ public enum PgDump {
     /// The whole database as SQL text (schema and data). pg_dump runs on a thread of its own, not on one of
     /// the few cooperative threads other tests need meanwhile.
     public static func dump(database: String, serverMajor: Int) async throws -> String {
-        guard let url = superuserURL else { throw SetupError("POOPYPALS_TEST_SUPERUSER_URL is not set") }
-        let target = url.replacingOccurrences(of: "/postgres?", with: "/\(database)?")
+        let target = try Superuser.url(database: database)
         return try await withCheckedThrowingContinuation { continuation in
             Thread {
                 continuation.resume(with: Result { try run(try binary(forServerMajor: serverMajor), ["--no-owner", "--dbname", target]) })

@@ -1,8 +1,23 @@
+import Foundation
 import PostgresClient
 
 /// Statements as the server's superuser (`POOPYPALS_TEST_SUPERUSER_URL`, which `make test` sets): what an
 /// operator does beside the service (grants, a second owner and database).
 public enum Superuser {
+    /// `POOPYPALS_TEST_SUPERUSER_URL` with its database (the URL's path) replaced by `database`, whatever database
+    /// the URL names (`postgres` for scripts/db.sh, `poopypals` for scripts/citus.sh). Swapping the text
+    /// "/postgres?" left a URL naming another database untouched: on the Citus coordinator a dump of a test database
+    /// was a dump of the cluster's own, empty one.
+    public static func url(database: String) throws -> String {
+        guard let url = PgDump.superuserURL else { throw SetupError("POOPYPALS_TEST_SUPERUSER_URL is not set") }
+        guard var components = URLComponents(string: url), components.scheme?.hasPrefix("postgres") == true else {
+            throw SetupError("POOPYPALS_TEST_SUPERUSER_URL is not a postgresql:// URL")
+        }
+        components.path = "/" + database
+        guard let swapped = components.string else { throw SetupError("cannot rebuild the superuser URL for \(database)") }
+        return swapped
+    }
+
     /// Runs each statement on its own (CREATE and DROP DATABASE refuse the implicit transaction of a
     /// multi-statement string), in `database`, on a connection of its own.
     public static func execute(_ statements: String..., in database: String = "postgres") async throws {
