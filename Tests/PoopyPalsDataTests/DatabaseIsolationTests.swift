@@ -12,9 +12,9 @@ import TestSupport
 struct DatabaseIsolationTests {
     /// What one login may do in a database that is not its own: every statement that would read, change or erase a
     /// row there, as itself and after switching to each role it might try. Answers the ones that reached a row.
-    static func breaches(of target: String, by login: String, url: @Sendable (String, String) -> String) async throws -> [String] {
+    static func breaches(of target: String, by login: String, url: @Sendable (String, String) throws -> String) async throws -> [String] {
         let intruder = ConnectionPool(configuration: .init(
-            connection: ConnectionConfiguration(connectionString: url(target, login)), maxConnections: 1))
+            connection: ConnectionConfiguration(connectionString: try url(target, login)), maxConnections: 1))
         defer { Task { await intruder.close() } }
         let roles = try await Superuser.column("""
             SELECT unnest(ARRAY[poopypals_service_role(), poopypals_profiles_role(), 'poopypals_app', 'poopypals_profiles', 'none'])
@@ -45,14 +45,9 @@ struct DatabaseIsolationTests {
 
     @Test(.enabled(if: PgDump.superuserURL != nil, "needs POOPYPALS_TEST_SUPERUSER_URL to make a second owner (make test sets it)"))
     func neitherOwnerCanReachTheOthersRowsByAnyRoleSwitch() async throws {
-        let superuserURL = try #require(PgDump.superuserURL)
         // "postgresql:///postgres?host=…&port=…&user=postgres": the private socket, where every login is trusted.
-        // The database is the URL's path, whichever database it names (Superuser.url).
-        let base = try #require(URLComponents(string: superuserURL))
-        @Sendable func url(_ database: String, _ user: String) -> String {
-            var components = base
-            components.path = "/" + database
-            return (components.string ?? superuserURL).replacingOccurrences(of: "user=postgres", with: "user=\(user)")
+        @Sendable func url(_ database: String, _ user: String) throws -> String {
+            try Superuser.url(database: database).replacingOccurrences(of: "user=postgres", with: "user=\(user)")
         }
         // What a run killed before its clean-up left (its owner would be named by the audit below too).
         for role in try await Superuser.column("SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'pp\\_owner\\_%'") {
@@ -75,7 +70,7 @@ struct DatabaseIsolationTests {
             try await Superuser.execute("CREATE ROLE \(owner) LOGIN CREATEDB CREATEROLE", "CREATE DATABASE \(database) OWNER \(owner)",
                                         "GRANT poopypals_app, poopypals_profiles TO \(owner) WITH ADMIN OPTION")
             do {
-                let migrated = try await TestProject.run(["migrate", "--database-url", url(database, owner),
+                let migrated = try await TestProject.run(["migrate", "--database-url", try url(database, owner),
                                                           "--migrations-dir", TestProject.migrationsDirectory.path])
                 #expect(migrated.status == 0, "stdout: \(migrated.stdout) stderr: \(migrated.stderr.suffix(1500))")
                 // Each has rows: a profile, and a device with a log (written past the policies).
@@ -101,7 +96,7 @@ struct DatabaseIsolationTests {
                 // grant a role; on 15 CREATEROLE may grant any, which README "Deployment" tells the operator).
                 let major = try await Superuser.column("SELECT current_setting('server_version_num')::int / 10000")[0]
                 if let major = Int(major), major >= 16 {
-                    let grant = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url(a.name, owner)), maxConnections: 1))
+                    let grant = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: try url(a.name, owner)), maxConnections: 1))
                     await #expect(throws: PostgresError.self) {
                         try await grant.withConnection { conn in
                             _ = try conn.executeScript("GRANT \(rolesA[0].split(separator: " ")[1]) TO \(owner)")

@@ -42,25 +42,7 @@ ROLE=$(psql "$CU" -AtX -c "SELECT poopypals_service_role()")
 [[ "$ROLE" =~ ^[a-z0-9_]+$ ]] || { echo "context: unexpected role name $ROLE" >&2; exit 1; }
 for f in "$HERE"/*.sql.in; do sed "s/@ROLE@/$ROLE/" "$f" >"$WORK/$(basename "$f" .in)"; done
 cp "$HERE"/*.sql "$WORK/"
-cpu() {  # PostgreSQL CPU seconds so far: the postmaster, its live children and the children it reaped
-  python3 - "$DATA" <<'PY'
-import os, sys
-hz = os.sysconf("SC_CLK_TCK")
-pm = int(open(os.path.join(sys.argv[1], "postmaster.pid")).readline())
-def stat(pid):
-    s = open(f"/proc/{pid}/stat").read(); f = s[s.rindex(")") + 2:].split()
-    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
-total = sum(stat(pm)[1:])
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        ppid, own, _ = stat(int(pid))
-    except (OSError, ValueError):
-        continue
-    if ppid == pm:
-        total += own
-print(total / hz)
-PY
-}
+cpu() { python3 "$ROOT/bench/pg_cpu.py" "$DATA"; }  # PostgreSQL CPU seconds so far (bench/pg_cpu.py)
 run() {  # LABEL MODE FILE
   local before after out n tps
   before=$(cpu)

@@ -110,25 +110,7 @@ script "create_3_sequenced" "$(tx "$device" "$sequenced")"
 script "create_4_numbered" "$(tx "$device" "$numbered")"
 script "create_5_ours" "$(tx "$ctx9" "$create")"
 
-cpu() {  # PostgreSQL CPU seconds so far: the postmaster, its live children and the children it reaped
-  python3 - "$DATA" <<'PY'
-import os, sys
-hz = os.sysconf("SC_CLK_TCK")
-pm = int(open(os.path.join(sys.argv[1], "postmaster.pid")).readline())
-def stat(pid):
-    s = open(f"/proc/{pid}/stat").read(); f = s[s.rindex(")") + 2:].split()
-    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
-total = sum(stat(pm)[1:])
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        ppid, own, _ = stat(int(pid))
-    except (OSError, ValueError):
-        continue
-    if ppid == pm:
-        total += own
-print(total / hz)
-PY
-}
+cpu() { python3 "$ROOT/bench/pg_cpu.py" "$DATA"; }  # PostgreSQL CPU seconds so far (bench/pg_cpu.py)
 backends_gone() {  # pgbench's backends exit after it does; a read before they are reaped would miss their CPU
   for _ in $(seq 50); do
     [ "$(psql "$SCU" -AtX -c "SELECT count(*) FROM pg_stat_activity WHERE datname = 'leastbench' AND pid <> pg_backend_pid()")" = 0 ] && return

@@ -151,8 +151,7 @@ public struct Migrator: Sendable {
         if pending.isEmpty { logger.info("database is up to date") }
         let restorePoint = pending.isEmpty || !options.createRestorePoint
             ? nil : try makeRestorePoint(from: applied.last?.version, on: connection)
-        let citus = try !pending.isEmpty
-            && connection.query("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')")[0].decode(0, as: Bool.self)
+        let citus = try !pending.isEmpty && connection.installedExtensions().contains("citus")
         let done = try zip(pending, scripts).map { file, script in
             try apply(file, script: script, local: citus && file.version <= Self.lastSingleNodeVersion, on: connection)
         }
