@@ -21,9 +21,7 @@ enum Route: String, CaseIterable, Sendable {
 /// Device-scoped statements the tests use; every value is bound.
 enum Seed {
     static func device(_ database: Database, _ id: UUID) async throws {
-        try await database.asDevice(DeviceID(id)) { tx in
-            try tx.finalQuery("INSERT INTO devices (key, model) VALUES (\(id.deviceKey), 'test phone')")
-        }
+        _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "test phone"), as: DeviceID(id))
     }
 
     static func log(_ database: Database, _ device: UUID, bristol: Int = 4) async throws -> UUID {
@@ -125,18 +123,15 @@ struct DeviceIsolationTests {
             #expect(ownUpdate == 1)
 
             // DELETE: another device's row is untouched (0 rows); own row goes.
-            let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logB)").rowsAffected
+            let modelB = try await database.asDevice(DeviceID(b)) { tx in
+                try tx.finalQuery("SELECT model, last_seen_at < now() + interval '12 hours' AS untouched FROM devices")[0]
             }
-            #expect(foreignDelete == 0)
-            let bristolB = try await database.asDevice(DeviceID(b)) { tx in
-                try tx.finalQuery("SELECT bristol_type FROM poop_logs WHERE id = \(logB)")[0].decode(0, as: Int.self)
+            #expect(try modelB.decode("model", as: String.self) == "test phone" && modelB.decode("untouched", as: Bool.self))
+            // No device deletes a device row, its own included: erasure is the profile role's function's (sql/0027).
+            let delete = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE key = \(a.deviceKey)") }
             }
-            #expect(bristolB == 6)
-            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logA)").rowsAffected
-            }
-            #expect(ownDelete == 1)
+            #expect(delete?.sqlState == .insufficientPrivilege)
             await database.pool.close()
         }
     }
@@ -158,7 +153,7 @@ struct DeviceIsolationTests {
             #expect(insertOther?.sqlState == .insufficientPrivilege)
 
             let foreignUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'stolen' WHERE key = \(b.deviceKey)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET last_seen_at = now() + interval '1 day' WHERE key = \(b.deviceKey)").rowsAffected
             }
             #expect(foreignUpdate == 0)
             // Neither the internal id nor the key is the device's to change (rotation is the profile role's function's).
@@ -171,20 +166,19 @@ struct DeviceIsolationTests {
                 #expect(renumber?.sqlState == .insufficientPrivilege)
             }
             let ownUpdate = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("UPDATE devices SET model = 'new phone' WHERE key = \(a.deviceKey)").rowsAffected
+                try tx.finalQuery("UPDATE devices SET last_seen_at = now() WHERE key = \(a.deviceKey)").rowsAffected
             }
             #expect(ownUpdate == 1)
 
-            let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
-                try tx.finalQuery("DELETE FROM devices WHERE key = \(b.deviceKey)").rowsAffected
-            }
-            #expect(foreignDelete == 0)
             let modelB = try await database.asDevice(DeviceID(b)) { tx in
-                try tx.finalQuery("SELECT model FROM devices")[0].decode(0, as: String.self)
+                try tx.finalQuery("SELECT model, last_seen_at < now() + interval '12 hours' AS untouched FROM devices")[0]
             }
-            #expect(modelB == "test phone")
-            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE key = \(a.deviceKey)").rowsAffected }
-            #expect(ownDelete == 1)
+            #expect(try modelB.decode("model", as: String.self) == "test phone" && modelB.decode("untouched", as: Bool.self))
+            // No device deletes a device row, its own included: erasure is the profile role's function's (sql/0027).
+            let delete = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE key = \(a.deviceKey)") }
+            }
+            #expect(delete?.sqlState == .insufficientPrivilege)
             await database.pool.close()
         }
     }

@@ -90,6 +90,44 @@ struct DeviceKeyMapTests {
         }
     }
 
+    /// sql/0027: registration is a function that takes the key's map row first. Twenty registrations of one new key
+    /// at once make one device, one map row and one registration token taken, and exactly one says "created"; the
+    /// service role itself can neither insert a device nor touch a bucket, and cannot delete its device (which would
+    /// leave its map row behind: only erasure removes a device).
+    @Test func concurrentRegistrationsOfOneKeyMakeOneDevice() async throws {
+        try await TestDatabase.withMigrated { db in
+            // Ten instances of the service (a device holds two connections of each at most: DeviceSlots).
+            let instances = (0..<10).map { _ in Database(pool: db.pool(size: 2)) }
+            let device = try DeviceID(UUID())
+            let network = RateLimits.networkKey("192.0.2.7")
+            let created = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for n in 0..<20 {
+                    let devices = DeviceRepository(database: instances[n % 10])
+                    group.addTask { try await devices.register(DeviceInfo(model: "phone \(n)"), as: device, network: network).created }
+                }
+                return try await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(created.count == 20 && created.filter { $0 }.count == 1)
+            #expect(try await Self.map(db).count == 1)
+            #expect(try await Self.map(db) == Self.liveDevices(db))
+            let burst = RateLimits().registrationBurst
+            #expect(try await Superuser.column("SELECT round(tokens)::text FROM registration_buckets", in: db.name) == ["\(burst - 1)"])
+
+            for statement: PostgresQuery in [
+                "INSERT INTO devices (key, model) VALUES (\(device.key), 'phone')",
+                "INSERT INTO registration_buckets (network, tokens, refilled_at) VALUES ('\\x00', 1000, now())",
+                "UPDATE registration_buckets SET tokens = 1000",
+                "DELETE FROM devices",
+            ] {
+                let refused = await #expect(throws: PostgresError.self) {
+                    try await instances[0].asDevice(device) { tx in _ = try tx.finalQuery(statement) }
+                }
+                #expect(refused?.sqlState == .insufficientPrivilege)
+            }
+            for instance in instances { await instance.pool.close() }
+        }
+    }
+
     /// `poopypals monitor rls` checks the map as it checks a device's tables: passes as migrated; an open read
     /// policy, a policy that lets a device write, row-level security not forced, or a missing policy fails, named.
     @Test func theRLSAuditChecksTheMap() async throws {
@@ -125,7 +163,10 @@ struct DeviceKeyMapTests {
             let devices = DeviceRepository(database: database)
             let logs = PoopLogRepository(database: database)
             let (a, b, erasing) = (try DeviceID(UUID()), try DeviceID(UUID()), try DeviceID(UUID()))
-            for device in [a, b, erasing] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
+            // Registered as the service did before sql/0027 (the repository now calls a function of 0027).
+            for device in [a, b, erasing] {
+                try await database.asDevice(device) { tx in try tx.finalQuery("INSERT INTO devices (key, model) VALUES (\(device.key), 'phone')") }
+            }
             for _ in 0..<3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: erasing) }
             _ = try await devices.erase(as: erasing, batch: 1)
             await database.pool.close()

@@ -98,10 +98,12 @@ struct DataRightsTests {
             }
             #expect(try await api.send("GET", "/v1/device", headers: ["X-Device-ID": "6f1c0a4e-3b2d-11ef-9f70-8a9b0c1d2e3f"]).status == 404)
 
-            // A version-1 device registered before the rule (written as the service did then).
+            // A version-1 device registered before the rule (as the service did then: created whatever the id's kind).
             let legacy = try #require(UUID(uuidString: "7a2b0a4e-3b2d-11ef-9f70-8a9b0c1d2e3f"))
             let database = Database(pool: db.pool(size: 1))
-            try await database.asDevice(DeviceID(legacy)) { tx in try tx.finalQuery("INSERT INTO devices (key) VALUES (\(legacy.deviceKey))") }
+            try await database.asDevice(DeviceID(legacy)) { tx in
+                try tx.finalQuery("SELECT outcome FROM poopypals_register_device(NULL, NULL, NULL, NULL, false, true, '', 30, 1)")
+            }
             await database.pool.close()
             let again = try await api.send("PUT", "/v1/device", device: legacy, json: #"{"model": "old"}"#)
             #expect(again.status == 200 && again.json?["model"] as? String == "old")

@@ -31,6 +31,7 @@ DATABASE_URL=$CU "$BIN" migrate >"$WORK/migrate.log" 2>&1 || { tail -5 "$WORK/mi
 SCU=$(echo "$SU" | sed -E 's|:///[^?]+\?|:///ctxbench?|')
 psql "$SCU" -qX -v ON_ERROR_STOP=1 -v owner="$OWNER" <<'SQL'
 INSERT INTO devices (key, model) SELECT gen_random_uuid(), 'bench' FROM generate_series(1, 1000);
+INSERT INTO device_key_map (key, id) SELECT key, id FROM devices;  -- sql/0027: registration writes it, not a trigger
 CREATE TABLE ctx_keys AS SELECT row_number() OVER (ORDER BY key) AS n, key FROM devices;
 CREATE UNIQUE INDEX ON ctx_keys (n);
 GRANT SELECT ON ctx_keys TO :"owner";

@@ -46,6 +46,7 @@ DATABASE_URL=$CU "$BIN" migrate >"$WORK/migrate.log" 2>&1 || { tail -5 "$WORK/mi
 SCU=$(echo "$SU" | sed -E 's|:///[^?]+\?|:///leastbench?|')
 psql "$SCU" -qX -v ON_ERROR_STOP=1 -v owner="$OWNER" <<'SQL'
 INSERT INTO devices (key, model) SELECT gen_random_uuid(), 'bench' FROM generate_series(1, 1000);
+INSERT INTO device_key_map (key, id) SELECT key, id FROM devices;  -- sql/0027: registration writes it, not a trigger
 INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
 SELECT gen_random_uuid(), d.id, date_trunc('second', now()) - g * interval '1 hour', 4 FROM devices d, generate_series(1, 30) g;
 CREATE TABLE bench_keys AS

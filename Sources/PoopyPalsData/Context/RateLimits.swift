@@ -39,7 +39,7 @@ public struct RateLimits: Sendable, Equatable {
     }
 
     /// The registration bucket's refill, a second, as the trigger takes it.
-    var registrationRate: String { String(Double(registrationsPerHour) / 3600) }
+    var registrationRate: Double { Double(registrationsPerHour) / 3600 }
 
     /// sql/0015's refusals (SQLSTATE PPR01 device writes, PPR02 registrations), with the seconds to wait from their
     /// DETAIL; nil for any other error.

@@ -48,13 +48,14 @@ public struct RLSAudit: Sendable {
     }
 
     /// `devices` beyond its four device policies (sql/0010): the profile role's functions read, move (rotation)
-    /// and erase devices.
+    /// and erase devices, and register them (sql/0027).
     public static func deviceProfilePolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
         let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
         return [
             ExpectedPolicy(name: "Profiles can read devices", command: "r", roles: [roles.profiles], using: profiles, check: nil),
             ExpectedPolicy(name: "Profiles can move devices", command: "w", roles: [roles.profiles], using: profiles, check: profiles),
             ExpectedPolicy(name: "Profiles can erase devices", command: "d", roles: [roles.profiles], using: profiles, check: nil),
+            ExpectedPolicy(name: "Profiles can register devices", command: "a", roles: [roles.profiles], using: nil, check: profiles),
         ]
     }
 

@@ -25,61 +25,23 @@ public struct DeviceRepository: Sendable {
     /// that network's registration bucket (sql/0015), in the same statement: `RateLimited` when it is empty.
     public func register(_ info: DeviceInfo, as device: DeviceID, network: String? = nil) async throws -> Registration {
         try info.validate()
-        let strong = device.isStrong
         let rates = database.rates
-        let (burst, rate) = (String(rates.registrationBurst), rates.registrationRate)
-        do {
-            return try await upsert(info, as: device, strong: strong, network: network, burst: burst, rate: rate)
-        } catch where strong && Self.isRowSecurityRefusal(error) {
-            // PostgreSQL 14.25, 15.20, 16.16, 17.12 and 18.7 (CVE-2026-120154) check an upsert's conflicting row
-            // against the row-level security policies before the DO UPDATE's WHERE: the row of a device being erased,
-            // which get_current_device_id() hides from every request, now fails the statement where it updated
-            // nothing before. Its key is taken, yet the device is invisible to its own key on the primary: being
-            // erased. Anything else is thrown as it came.
-            if try await database.asDevice(device, idempotent: true, { tx in
-                try tx.finalQuery("SELECT 1 FROM devices WHERE key = \(device.key)").isEmpty
-            }) {
-                throw RepositoryError.deviceBeingErased
+        let (burst, rate) = (Double(rates.registrationBurst), rates.registrationRate)
+        // sql/0027: the function finds the device by the key map, creates it (with the network's registration token
+        // and its map row) or updates it, in the request's one statement.
+        return try await database.asDevice(device, idempotent: true) { tx in
+            let row = try tx.finalQuery("""
+                SELECT outcome, \(unescaped: Device.columns) FROM poopypals_register_device(
+                    \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator),
+                    \(device.isStrong), \(network ?? ""), \(burst), \(rate))
+                """)[0]
+            switch try row.decode("outcome", as: String.self) {
+            case "created": return Registration(device: try Device(row: row, id: device), created: true)
+            case "updated": return Registration(device: try Device(row: row, id: device), created: false)
+            case "being_erased": throw RepositoryError.deviceBeingErased
+            // A weak id may update its device but not create one.
+            default: throw RepositoryError.weakDeviceID
             }
-            throw error
-        }
-    }
-
-    /// A row-level security refusal on `devices` (42501 with PostgreSQL's English message; a server that speaks
-    /// another language answers 500 here rather than a guess).
-    static func isRowSecurityRefusal(_ error: any Error) -> Bool {
-        guard let error = PostgresError.find(in: error), error.sqlState == .insufficientPrivilege else { return false }
-        return error.message.contains("row-level security policy") && error.message.contains("\"devices\"")
-    }
-
-    private func upsert(_ info: DeviceInfo, as device: DeviceID, strong: Bool, network: String?, burst: String, rate: String)
-        async throws -> Registration {
-        try await database.asDevice(device, idempotent: true) { tx in
-            let rows = if strong {
-                // The bucket's settings come first, from the SELECT's own FROM: the AFTER INSERT trigger reads them.
-                try tx.finalQuery("""
-                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator)
-                    SELECT \(device.key), \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator)
-                    FROM (SELECT set_config('poopypals.client_network', \(network ?? ""), true),
-                                 set_config('poopypals.registration_burst', \(burst), true),
-                                 set_config('poopypals.registration_rate', \(rate), true)) AS registration
-                    ON CONFLICT (key) DO UPDATE SET
-                        model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version,
-                        build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now()
-                    WHERE devices.erasing_since IS NULL
-                    RETURNING \(unescaped: Device.columns), (xmax = 0) AS inserted
-                    """)
-            } else {
-                try tx.finalQuery("""
-                    UPDATE devices SET model = \(info.model), os_version = \(info.osVersion), app_version = \(info.appVersion),
-                        build_number = \(info.buildNumber), is_simulator = \(info.isSimulator), last_seen_at = now()
-                    WHERE key = \(device.key)
-                    RETURNING \(unescaped: Device.columns), false AS inserted
-                    """)
-            }
-            // Nothing inserted or updated: a weak id that is not registered, or a strong one whose erasure is under way.
-            guard let row = rows.first else { throw strong ? RepositoryError.deviceBeingErased : RepositoryError.weakDeviceID }
-            return Registration(device: try Device(row: row, id: device), created: try row.decode("inserted"))
         }
     }
 

@@ -21,7 +21,10 @@ enum Scaling {
     /// are kept. Maintenance path: FORCE is lifted inside this transaction only, so the owner may seed every device.
     static func seedDevices(_ count: Int, on conn: Connection) throws {
         try conn.transaction { conn in
-            try conn.executeScript("ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY")
+            try conn.executeScript("""
+                ALTER TABLE devices NO FORCE ROW LEVEL SECURITY; ALTER TABLE users NO FORCE ROW LEVEL SECURITY;
+                ALTER TABLE device_key_map NO FORCE ROW LEVEL SECURITY
+                """)
             try conn.execute("""
                 INSERT INTO users (id, email) SELECT ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid,
                     'user' || n || '@bench.example' FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
@@ -31,7 +34,12 @@ enum Scaling {
                     ('00000000-0000-4000-9000-' || lpad(n::text, 12, '0'))::uuid, 'bench' FROM generate_series(1, \(count)) AS n
                 ON CONFLICT DO NOTHING
                 """)
-            try conn.executeScript("ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY")
+            // Registration writes the map (sql/0027); seeded devices get their rows here.
+            try conn.execute("INSERT INTO device_key_map (key, id) SELECT d.key, d.id FROM devices d WHERE d.erasing_since IS NULL ON CONFLICT DO NOTHING")
+            try conn.executeScript("""
+                ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY;
+                ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY
+                """)
             // The keys as values for pgbench's scripts (`Scenario.pgDevice`): fake devices' keys, readable by all.
             try conn.executeScript("""
                 CREATE SCHEMA IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.device_keys (n integer PRIMARY KEY, key uuid NOT NULL);

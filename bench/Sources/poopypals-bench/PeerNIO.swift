@@ -44,12 +44,8 @@ struct NIOPeer: Sendable {
                 rows = try await conn.query("SELECT * FROM poopypals_ensure_profile(\(user), \(email), false, NULL, false, NULL)", logger: logger)
             case "register existing device":
                 rows = try await conn.query("""
-                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator) \
-                    VALUES (\(key), \("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false) ON CONFLICT (key) DO UPDATE SET \
-                    model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, \
-                    build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() \
-                    WHERE devices.erasing_since IS NULL \
-                    RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted
+                    SELECT outcome, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at \
+                    FROM poopypals_register_device(\("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false, true, \(""), 30, \(1.0 / 30))
                     """, logger: logger)
             case "create log":
                 let id = UUID()

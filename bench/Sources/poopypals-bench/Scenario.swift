@@ -83,7 +83,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "register existing device",
                 pgbenchScript: pipelined(devices, """
-                    INSERT INTO devices (key, model, os_version, app_version, build_number, is_simulator) VALUES (\(pgDevice)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (key) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() WHERE devices.erasing_since IS NULL RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;
+                    SELECT outcome, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at FROM poopypals_register_device('iPhone15,2', '18.1', '1.4.0', '140', false, true, '', 30, 0.0333333);
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.devices.register(
