@@ -518,6 +518,16 @@ struct CitusTests {
             #expect(onWorkers == ["0", "0"], "\(onWorkers)")
             // The migrator's session is back to Citus's default after the last one-node migration.
             #expect(try conn.query("SHOW citus.enable_ddl_propagation")[0].decode(0, as: String.self) == "on")
+            // sql/0028, policies a shard can run: users (refused while its device policies had a sub-select,
+            // "Subqueries are not supported in policies on distributed tables") and the key map become reference
+            // tables, as the owner; rolled back.
+            try conn.executeScript("BEGIN; SELECT create_reference_table('users'); SELECT create_reference_table('device_key_map')")
+            let kinds = try conn.query("""
+                SELECT logicalrelid::text || ' ' || partmethod::text FROM pg_dist_partition
+                WHERE logicalrelid IN ('users'::regclass, 'device_key_map'::regclass) ORDER BY 1
+                """).map { try $0.decode(0, as: String.self) }
+            #expect(kinds == ["device_key_map n", "users n"], "\(kinds)")
+            try conn.executeScript("ROLLBACK")
         } catch {
             try? await CitusCluster.dropDatabase(name)
             throw error
