@@ -4,7 +4,7 @@ import PostgresClient
 import Testing
 import TestSupport
 
-/// sql/0028: every policy in a form a Citus shard can run (issue 45). No policy has a sub-select (Citus refuses one
+/// sql/0028, 0029: every policy and function in a form a Citus shard can run (issue 45). No policy has a sub-select (Citus refuses one
 /// when it propagates a policy to the shards); a device's user comes from the key map, which the profile function
 /// writes; the profile role's erasure batch checks the erasure itself, since its policies no longer look it up.
 @Suite("Policies a shard can run")
@@ -20,6 +20,22 @@ struct ShardablePolicyTests {
                     """).map { try $0.decode(0, as: String.self) }
             }
             #expect(withSubSelect == [])
+        }
+    }
+
+    /// sql/0029: no function has a sub-select without a column (`EXISTS (SELECT FROM …)`), which Citus fails to run
+    /// on a distributed table it plans in two steps ("a column definition list is required"). Failed before it: the
+    /// registration, rotation, erasure, profile and trigger functions had such sub-selects.
+    @Test func noFunctionHasASubSelectWithoutAColumn() async throws {
+        try await TestDatabase.withMigrated { db in
+            let columnless = try await db.withConnection { conn in
+                try conn.query("""
+                    SELECT p.oid::regprocedure::text FROM pg_proc p
+                    WHERE p.pronamespace = 'public'::regnamespace AND p.prosrc ~* '\\(\\s*select\\s+from\\M'
+                    ORDER BY 1
+                    """).map { try $0.decode(0, as: String.self) }
+            }
+            #expect(columnless == [])
         }
     }
 
