@@ -22,7 +22,8 @@
 -- What a request sees does not change: the same outcomes, errors and SQLSTATEs (the bucket's PPR02 with its wait in
 -- DETAIL; 42501 without a device). One thing does: a device being erased whose key registers again is answered
 -- "being erased" by the function itself, where PostgreSQL's patched upsert (CVE-2026-120154) raised 42501 that the
--- service then told apart with a second transaction.
+-- service then told apart with a second transaction. The service role loses INSERT and DELETE on devices: a running
+-- service of an earlier version registers no device from then on (upgrade the binary with it, as for 0022).
 --
 -- Devices are locked against writes until this transaction commits, so no registration runs between the triggers'
 -- removal and the functions' arrival (the migrator's lock timeout and retry bound the wait).
@@ -113,17 +114,24 @@ BEGIN
     IF device_key IS NULL THEN
         RAISE EXCEPTION 'no device in this transaction' USING ERRCODE = 'insufficient_privilege';
     END IF;
-    -- Twice at most: a second pass only after a concurrent registration of the same key took the map row first
-    -- and committed, and then the first pass of the second finds it.
-    FOR attempt IN 1..2 LOOP
+    -- A pass is repeated only when a concurrent change of this key committed between its lookup and its write: a
+    -- registration that took the map row first, or a rotation or an erasure of the device it found.
+    FOR attempt IN 1..3 LOOP
         SELECT m.id INTO device FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
         IF FOUND THEN
-            -- A concurrent erasure that took the row first leaves nothing to update: being erased.
+            -- Still this key's device, and not being erased: the update re-reads a row another transaction changed,
+            -- so a rotation away from this key or an erasure that committed meanwhile leaves nothing to update.
             UPDATE public.devices d SET model = p_model, os_version = p_os_version, app_version = p_app_version,
                 build_number = p_build_number, is_simulator = p_is_simulator, last_seen_at = now()
-            WHERE d.id = device AND d.erasing_since IS NULL;
-            result := CASE WHEN FOUND THEN 'updated' ELSE 'being_erased' END;
-            EXIT;
+            WHERE d.id = device AND d.key = device_key AND d.erasing_since IS NULL;
+            IF FOUND THEN
+                result := 'updated';
+                EXIT;
+            END IF;
+            -- Moved or erased since the lookup: the next pass finds what the key is now (unknown: a new device;
+            -- being erased: said so).
+            device := NULL;
+            CONTINUE;
         ELSIF NOT p_create THEN
             result := 'not_registered';
             EXIT;
@@ -152,8 +160,8 @@ BEGIN
         END;
     END LOOP;
     IF result IS NULL THEN
-        -- Lost twice: the key's map row came and went between the passes (registered, then erased). Retried whole.
-        RAISE EXCEPTION 'the registration raced another change of this key' USING ERRCODE = 'serialization_failure';
+        -- Three passes each overtaken by another change of this key: the request is retried whole.
+        RAISE EXCEPTION 'the registration raced other changes of this key' USING ERRCODE = 'serialization_failure';
     END IF;
     RETURN QUERY SELECT result, d.user_id, d.model, d.os_version, d.app_version, d.build_number,
                         d.is_simulator, d.created_at, d.last_seen_at
@@ -184,8 +192,10 @@ BEGIN
     END IF;
     SELECT m.id INTO device FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
     IF FOUND THEN
-        -- Locked first, as erasure locks it: of the two, the second finds the first's outcome.
-        PERFORM FROM public.devices d WHERE d.id = device AND d.erasing_since IS NULL FOR UPDATE;
+        -- Locked first, as erasure locks it.
+        -- Still under this key: a rotation or an erasure that committed meanwhile (the lock re-reads the row)
+        -- leaves the key unknown, as it is to every later request.
+        PERFORM FROM public.devices d WHERE d.id = device AND d.key = device_key AND d.erasing_since IS NULL FOR UPDATE;
     END IF;
     IF NOT FOUND THEN
         result := 'not_registered';
@@ -240,7 +250,8 @@ BEGIN
     -- profile erased at once the second waits for the profile row and then sees the first one unlinked.
     SELECT m.id INTO live FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
     IF FOUND THEN
-        SELECT * INTO device FROM public.devices d WHERE d.id = live FOR UPDATE;
+        -- Still under this key (the lock re-reads the row: a rotation that committed meanwhile moved it away).
+        SELECT * INTO device FROM public.devices d WHERE d.id = live AND d.key = device_key FOR UPDATE;
     ELSE
         SELECT * INTO device FROM public.devices d WHERE d.key = device_key FOR UPDATE;
     END IF;

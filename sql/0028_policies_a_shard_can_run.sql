@@ -14,7 +14,8 @@
 --   moves it with the rest), written where the link is made (poopypals_ensure_profile) and gone with the map's row
 --   (erasure). users' two device policies read it through get_current_device_user_id(), as the device policies read
 --   the map through get_current_device_id(). On Citus the map is a reference table: a copy on every node.
--- - The profile role's policies on poop_logs no longer look up devices being erased (a worker cannot); that
+-- - The profile role's policies on poop_logs no longer look up devices being erased (a worker cannot: they keep
+--   their names, "… logs of erased devices", and now admit every log to that role alone); that
 --   role's only delete of logs, poopypals_erase_batch (internal to the erasure functions), now refuses a device
 --   whose erasure has not started, itself.
 
@@ -109,7 +110,8 @@ BEGIN
 END
 $$;
 
--- ensure_profile (0025's), which now writes the link into the map too.
+-- ensure_profile (0025's), which now writes the link into the map too, and locks its device only while the device
+-- still has the request's key (a rotation that committed meanwhile moved it: not registered, as before 0026).
 CREATE OR REPLACE FUNCTION poopypals_ensure_profile(
     p_id uuid, p_email text,
     p_set_full_name boolean, p_full_name text,
@@ -148,7 +150,8 @@ BEGIN
     -- Locked: a concurrent re-link of the same device waits, and then sees this one's link. A device whose erasure
     -- committed meanwhile no longer qualifies (the lock re-reads the row): not registered, and no profile is made
     -- or linked for it after its erasure said the profile was gone.
-    SELECT d.user_id INTO linked FROM public.devices d WHERE d.id = device AND d.erasing_since IS NULL FOR UPDATE;
+    SELECT d.user_id INTO linked FROM public.devices d
+    WHERE d.id = device AND d.key = public.get_current_device_key() AND d.erasing_since IS NULL FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'this device is not registered' USING ERRCODE = 'no_data_found';
     END IF;

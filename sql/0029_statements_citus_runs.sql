@@ -31,7 +31,13 @@
 --   evaluates such an expression's parts before sending a statement to a shard, the guarded cast included: the
 --   background erasure (no device, and the setting empty after an earlier request on the connection) failed on
 --   the log trigger's update with "invalid input syntax for type uuid". NULLIF instead: no branch to skip.
--- On one PostgreSQL none of this changes what any statement does.
+-- - Also here (one PostgreSQL too): registration, rotation and erasure lock or update the device found through the
+--   map only while it still has the request's key (a rotation that committed meanwhile leaves the old key
+--   unknown, as 0021's lookups by key did; found in review), and erasure by email deletes the devices it locked,
+--   by id.
+-- Otherwise nothing here changes what a statement does on one PostgreSQL, except that the background erasure looks
+-- at the 16 oldest erasures for one no other worker holds (it took any before), and an erasure's start time is read
+-- when its function starts (before its lock waits, where clock_timestamp() was read after them).
 
 DO $$
 DECLARE
@@ -92,7 +98,8 @@ BEGIN
         -- shard: "could not run distributed query with FOR UPDATE/SHARE commands").
         SELECT d.id INTO live FROM public.devices d WHERE d.key = device_key;
     END IF;
-    SELECT * INTO device FROM public.devices d WHERE d.id = live FOR UPDATE;
+    -- Still under this key (the lock re-reads the row: a rotation that committed meanwhile moved it away).
+    SELECT * INTO device FROM public.devices d WHERE d.id = live AND d.key = device_key FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT false, 0::bigint, false, 0::bigint;
         RETURN;
@@ -178,17 +185,24 @@ BEGIN
     IF device_key IS NULL THEN
         RAISE EXCEPTION 'no device in this transaction' USING ERRCODE = 'insufficient_privilege';
     END IF;
-    -- Twice at most: a second pass only after a concurrent registration of the same key took the map row first
-    -- and committed, and then the first pass of the second finds it.
-    FOR attempt IN 1..2 LOOP
+    -- A pass is repeated only when a concurrent change of this key committed between its lookup and its write: a
+    -- registration that took the map row first, or a rotation or an erasure of the device it found.
+    FOR attempt IN 1..3 LOOP
         SELECT m.id INTO device FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
         IF FOUND THEN
-            -- A concurrent erasure that took the row first leaves nothing to update: being erased.
+            -- Still this key's device, and not being erased: the update re-reads a row another transaction changed,
+            -- so a rotation away from this key or an erasure that committed meanwhile leaves nothing to update.
             UPDATE public.devices d SET model = p_model, os_version = p_os_version, app_version = p_app_version,
                 build_number = p_build_number, is_simulator = p_is_simulator, last_seen_at = now()
-            WHERE d.id = device AND d.erasing_since IS NULL;
-            result := CASE WHEN FOUND THEN 'updated' ELSE 'being_erased' END;
-            EXIT;
+            WHERE d.id = device AND d.key = device_key AND d.erasing_since IS NULL;
+            IF FOUND THEN
+                result := 'updated';
+                EXIT;
+            END IF;
+            -- Moved or erased since the lookup: the next pass finds what the key is now (unknown: a new device;
+            -- being erased: said so).
+            device := NULL;
+            CONTINUE;
         ELSIF NOT p_create THEN
             result := 'not_registered';
             EXIT;
@@ -217,8 +231,8 @@ BEGIN
         END;
     END LOOP;
     IF result IS NULL THEN
-        -- Lost twice: the key's map row came and went between the passes (registered, then erased). Retried whole.
-        RAISE EXCEPTION 'the registration raced another change of this key' USING ERRCODE = 'serialization_failure';
+        -- Three passes each overtaken by another change of this key: the request is retried whole.
+        RAISE EXCEPTION 'the registration raced other changes of this key' USING ERRCODE = 'serialization_failure';
     END IF;
     -- No join of devices on a condition that may hold no id: on Citus that crashed the coordinator (signal 11).
     IF result IN ('created', 'updated') THEN
@@ -252,8 +266,10 @@ BEGIN
     END IF;
     SELECT m.id INTO device FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
     IF FOUND THEN
-        -- Locked first, as erasure locks it: of the two, the second finds the first's outcome.
-        PERFORM FROM public.devices d WHERE d.id = device AND d.erasing_since IS NULL FOR UPDATE;
+        -- Locked first, as erasure locks it.
+        -- Still under this key: a rotation or an erasure that committed meanwhile (the lock re-reads the row)
+        -- leaves the key unknown, as it is to every later request.
+        PERFORM FROM public.devices d WHERE d.id = device AND d.key = device_key AND d.erasing_since IS NULL FOR UPDATE;
     END IF;
     IF NOT FOUND THEN
         result := 'not_registered';
@@ -327,6 +343,7 @@ DECLARE
     device_count integer;
     log_count bigint;
     device uuid;
+    ids uuid[] := '{}';
 BEGIN
     SELECT u.id INTO target FROM public.users u WHERE u.email = lower(btrim(p_email));
     IF NOT FOUND THEN
@@ -336,18 +353,23 @@ BEGIN
     -- Devices first, then the profile: the order the device functions lock in, so that they cannot deadlock.
     -- Each locked by its id: Citus locks no row of a query over every shard.
     FOR device IN SELECT d.id FROM public.devices d WHERE d.user_id = target ORDER BY d.id LOOP
-        PERFORM FROM public.devices d WHERE d.id = device FOR UPDATE;
+        PERFORM FROM public.devices d WHERE d.id = device AND d.user_id = target FOR UPDATE;
+        IF FOUND THEN
+            ids := ids || device;
+        END IF;
     END LOOP;
     PERFORM FROM public.users u WHERE u.id = target FOR UPDATE;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 0, 0, 0::bigint;
         RETURN;
     END IF;
+    -- The devices locked above, by their ids: on Citus a reference table (the map) is not written from a
+    -- sub-select over a distributed one, and each id names its shard.
     SELECT count(*)::integer, coalesce(sum(d.log_count), 0)::bigint INTO device_count, log_count
-    FROM public.devices d WHERE d.user_id = target;
+    FROM public.devices d WHERE d.id = ANY (ids);
     IF NOT p_dry_run THEN
-        DELETE FROM public.device_key_map m WHERE m.id IN (SELECT d.id FROM public.devices d WHERE d.user_id = target);
-        DELETE FROM public.devices d WHERE d.user_id = target;
+        DELETE FROM public.device_key_map m WHERE m.id = ANY (ids);
+        DELETE FROM public.devices d WHERE d.id = ANY (ids);
         DELETE FROM public.users u WHERE u.id = target;
     END IF;
     RETURN QUERY SELECT 1, device_count, log_count;

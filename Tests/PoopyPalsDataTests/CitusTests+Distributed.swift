@@ -38,16 +38,18 @@ extension CitusTests {
                 (try $0.decode(0, as: String.self), try $0.decode(1, as: String.self))
             } ?? ("", "")
             try CitusCluster.run(conn, "ALTER ROLE \"\(app)\" LOGIN", "ALTER ROLE \"\(profiles)\" LOGIN")
-            // Erasure reads devices over every shard, then deletes a user (a reference table): in one transaction only
-            // over one connection per node ("cannot modify table users because there was a parallel operation").
+            // Erasure (of a device, by email) reads or deletes devices over several shards, then deletes a user (a
+            // reference table): in one transaction only over one connection per node ("cannot modify table users
+            // because there was a parallel operation").
             try CitusCluster.run(conn, "SET citus.enable_ddl_propagation = off", "SET ROLE \"\(profiles)\"",
                                  "ALTER FUNCTION poopypals_erase_device(uuid, integer) SET citus.multi_shard_modify_mode = 'sequential'",
+                                 "ALTER FUNCTION poopypals_erase_user(text, boolean) SET citus.multi_shard_modify_mode = 'sequential'",
                                  "RESET ROLE", "RESET citus.enable_ddl_propagation")
         }
 
         /// Registration, logs with their change numbers and tombstones, isolation on the shards, a profile, the start
-        /// of an erasure, a registration and a rotation of the device being erased, the background erasure, and the
-        /// same key registering again. Failed before sql/0029 at the first registration ("a column definition list is
+        /// of an erasure, a registration and a rotation of the device being erased, the background erasure, the
+        /// same key registering again, a live device's rotation, and an erasure by email. Failed before sql/0029 at the first registration ("a column definition list is
         /// required for functions returning record"); by hand, each of 0029's mends was the next failure: the log
         /// trigger's update ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements"), the profile's
         /// insert, the erasure's locks and update, the registration token's upsert, the background erasure's key
@@ -142,6 +144,29 @@ extension CitusTests {
             #expect(try await devices.register(DeviceInfo(model: "phone 3"), as: a, network: network).created)
             #expect(try await id(a) != aID)
             #expect(try await devices.current(as: b)?.info.model == "tablet")
+
+            // A live device rotates: its id, and so its shard and its log, stay; the old key is unknown.
+            let bID = try await id(b)
+            _ = try await database.asDevice(b) { tx in
+                try tx.finalQuery("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(UUID()), \(bID), date_trunc('second', now()), 2)")
+            }
+            let rotated = try DeviceID(UUID())
+            _ = try await devices.rotate(as: b, to: rotated)
+            #expect(try await id(rotated) == bID)
+            #expect(try await devices.current(as: b) == nil)
+            let kept = try await database.asDevice(rotated, readOnly: true) { tx in
+                try tx.finalQuery("SELECT count(*) FROM poop_logs WHERE device_id = \(bID)")[0].decode(0, as: Int64.self)
+            }
+            #expect(kept == 1)
+
+            // Erasure by email (support's path): the person's device, its log and the profile, from every node's view.
+            let person = UUID()
+            _ = try await UserRepository(database: database).ensureProfile(as: rotated, id: person, email: "by-email@example.com")
+            let report = try await database.pool.withConnection { conn in
+                try UserErasure().run(on: conn, email: "by-email@example.com", dryRun: false)
+            }
+            #expect(report == UserErasure.Report(users: 1, devices: 1, logs: 1))
+            #expect(try await devices.current(as: rotated) == nil)
         }
     }
 }

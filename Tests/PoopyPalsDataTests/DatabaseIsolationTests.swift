@@ -73,11 +73,12 @@ struct DatabaseIsolationTests {
                 let migrated = try await TestProject.run(["migrate", "--database-url", try url(database, owner),
                                                           "--migrations-dir", TestProject.migrationsDirectory.path])
                 #expect(migrated.status == 0, "stdout: \(migrated.stdout) stderr: \(migrated.stderr.suffix(1500))")
-                // Each has rows: a profile, and a device with a log (written past the policies).
+                // Each has rows: a profile, and a device with a log and its key in the map (written past the policies).
                 for name in [a.name, database] {
                     try await Superuser.execute("""
                         WITH u AS (INSERT INTO users (id, email, full_name) VALUES (gen_random_uuid(), 'x-\(suffix)@example.com', 'Private') RETURNING id),
-                             d AS (INSERT INTO devices (key, user_id) SELECT 'f5f0b82f-651c-d77b-6b9f-8bf348e6c2c6', id FROM u RETURNING id)
+                             d AS (INSERT INTO devices (key, user_id) SELECT 'f5f0b82f-651c-d77b-6b9f-8bf348e6c2c6', id FROM u RETURNING id, key, user_id),
+                             m AS (INSERT INTO device_key_map (key, id, user_id) SELECT key, id, user_id FROM d)
                         INSERT INTO poop_logs (device_id, occurred_at, bristol_type) SELECT id, now(), 4 FROM d
                         """, in: name)
                 }

@@ -123,15 +123,18 @@ struct DeviceIsolationTests {
             #expect(ownUpdate == 1)
 
             // DELETE: another device's row is untouched (0 rows); own row goes.
-            let modelB = try await database.asDevice(DeviceID(b)) { tx in
-                try tx.finalQuery("SELECT model, last_seen_at < now() + interval '12 hours' AS untouched FROM devices")[0]
+            let foreignDelete = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logB)").rowsAffected
             }
-            #expect(try modelB.decode("model", as: String.self) == "test phone" && modelB.decode("untouched", as: Bool.self))
-            // No device deletes a device row, its own included: erasure is the profile role's function's (sql/0027).
-            let delete = await #expect(throws: PostgresError.self) {
-                try await database.asDevice(DeviceID(a)) { tx in try tx.finalQuery("DELETE FROM devices WHERE key = \(a.deviceKey)") }
+            #expect(foreignDelete == 0)
+            let bristolB = try await database.asDevice(DeviceID(b)) { tx in
+                try tx.finalQuery("SELECT bristol_type FROM poop_logs WHERE id = \(logB)")[0].decode(0, as: Int.self)
             }
-            #expect(delete?.sqlState == .insufficientPrivilege)
+            #expect(bristolB == 6)
+            let ownDelete = try await database.asDevice(DeviceID(a)) { tx in
+                try tx.finalQuery("DELETE FROM poop_logs WHERE id = \(logA)").rowsAffected
+            }
+            #expect(ownDelete == 1)
             await database.pool.close()
         }
     }

@@ -53,7 +53,7 @@ struct DeviceKeyMapTests {
     }
 
     /// A device reads only its own row of the map and writes none: not even a row for its own key (that would
-    /// point the key at a device of its choosing; only the trigger, as the profile role, writes the map), and it
+    /// point the key at a device of its choosing; only the profile role's functions write the map: sql/0027), and it
     /// deletes nothing.
     @Test func aDeviceReadsOnlyItsOwnRowOfTheMapAndWritesNone() async throws {
         try await TestDatabase.withMigrated { db in

@@ -39,11 +39,13 @@ struct ShardablePolicyTests {
         }
     }
 
-    /// "key user" of every row of the map whose user differs from its device's (none when the map keeps up).
+    /// Every disagreement between the map and the devices not being erased: a row of either without the other, or
+    /// another key or user (none when the map keeps up).
     static func disagreeing(_ db: TestDatabase) async throws -> [String] {
         try await Superuser.column("""
-            SELECT m.key || ' ' || coalesce(m.user_id::text, '-') FROM device_key_map m JOIN devices d ON d.id = m.id
-            WHERE m.user_id IS DISTINCT FROM d.user_id
+            SELECT coalesce(m.id, d.id)::text FROM device_key_map m
+            FULL JOIN (SELECT * FROM devices WHERE erasing_since IS NULL) d ON d.id = m.id
+            WHERE m.id IS NULL OR d.id IS NULL OR m.key IS DISTINCT FROM d.key OR m.user_id IS DISTINCT FROM d.user_id
             """, in: db.name)
     }
 

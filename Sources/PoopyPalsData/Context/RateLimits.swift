@@ -38,7 +38,7 @@ public struct RateLimits: Sendable, Equatable {
             registrationsPerHour: try read("POOPYPALS_REGISTRATIONS_PER_HOUR", 1...100_000_000, default: defaults.registrationsPerHour))
     }
 
-    /// The registration bucket's refill, a second, as the trigger takes it.
+    /// The registration bucket's refill, a second, as `poopypals_register_device` takes it (sql/0027).
     var registrationRate: Double { Double(registrationsPerHour) / 3600 }
 
     /// sql/0015's refusals (SQLSTATE PPR01 device writes, PPR02 registrations), with the seconds to wait from their

@@ -101,7 +101,8 @@ public struct RLSAudit: Sendable {
     }
 
     /// `device_key_map` (sql/0026: what `get_current_device_id()` reads): a device reads only the row of its own
-    /// key and writes none; the profile role (its trigger on `devices`) keeps any row. Plain calls, no sub-select.
+    /// key and writes none; the profile role (its registration, rotation and erasure functions: sql/0027) keeps
+    /// any row. Plain calls, no sub-select.
     public static func keyMapPolicies(_ roles: ServiceRoles) -> [ExpectedPolicy] {
         let profiles = "(CURRENT_USER = '\(roles.profiles)'::name)"
         return [

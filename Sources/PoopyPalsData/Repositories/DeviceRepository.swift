@@ -40,7 +40,8 @@ public struct DeviceRepository: Sendable {
             case "updated": return Registration(device: try Device(row: row, id: device), created: false)
             case "being_erased": throw RepositoryError.deviceBeingErased
             // A weak id may update its device but not create one.
-            default: throw RepositoryError.weakDeviceID
+            case "not_registered": throw RepositoryError.weakDeviceID
+            default: throw PostgresClientError(.unsupported, "poopypals_register_device answered an outcome this service does not know")
             }
         }
     }

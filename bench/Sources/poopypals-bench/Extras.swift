@@ -35,7 +35,7 @@ enum Scaling {
                 ON CONFLICT DO NOTHING
                 """)
             // Registration writes the map (sql/0027); seeded devices get their rows here.
-            try conn.execute("INSERT INTO device_key_map (key, id) SELECT d.key, d.id FROM devices d WHERE d.erasing_since IS NULL ON CONFLICT DO NOTHING")
+            try conn.execute("INSERT INTO device_key_map (key, id, user_id) SELECT d.key, d.id, d.user_id FROM devices d WHERE d.erasing_since IS NULL ON CONFLICT DO NOTHING")
             try conn.executeScript("""
                 ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY;
                 ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY

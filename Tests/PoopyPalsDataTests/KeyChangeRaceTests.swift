@@ -1,0 +1,77 @@
+import Foundation
+@testable import PoopyPalsData
+import PostgresClient
+import Testing
+import TestSupport
+
+/// sql/0027–0029 find a device through the key map and then lock or write it by its id. A request with a key whose
+/// device was rotated away (or erased) by a transaction that committed while the request waited for the device's
+/// lock must then find no device, as a lookup by key did before: it must not register, rotate or erase the device
+/// now known by the new key. Found in review; each test failed before the functions checked the key again.
+@Suite("A key changed while a request waits")
+struct KeyChangeRaceTests {
+    /// Holds device `key`'s row locked in a superuser transaction, runs `request` meanwhile (it waits for the lock),
+    /// then moves the device to a new key as a rotation does and commits: `request` resumes after the move.
+    static func whileRotated<T: Sendable>(_ db: TestDatabase, _ key: DeviceID,
+                                          _ request: @escaping @Sendable () async throws -> T) async throws -> T {
+        let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
+        try conn.executeScript("BEGIN")
+        let id = try conn.query("SELECT id FROM devices WHERE key = \(key.key) FOR UPDATE")[0].decode(0, as: UUID.self)
+        let task = Task { try await request() }
+        // Long enough for the request to reach the lock (it waits there until the commit below).
+        try await Task.sleep(for: .milliseconds(500))
+        let moved = UUID()
+        try conn.query("UPDATE devices SET key = \(moved) WHERE id = \(id)")
+        try conn.query("UPDATE device_key_map SET key = \(moved) WHERE id = \(id)")
+        try conn.executeScript("COMMIT")
+        return try await task.value
+    }
+
+    @Test func aRegistrationWithTheOldKeyMakesANewDevice() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await devices.register(DeviceInfo(model: "first"), as: key)
+            let registration = try await Self.whileRotated(db, key) {
+                try await devices.register(DeviceInfo(model: "second"), as: key)
+            }
+            #expect(registration.created)
+            #expect(try await Superuser.column("SELECT model FROM devices ORDER BY created_at", in: db.name) == ["first", "second"])
+            await database.pool.close()
+        }
+    }
+
+    @Test func anErasureWithTheOldKeyErasesNothing() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await devices.register(DeviceInfo(model: "kept"), as: key)
+            let erasure = try await Self.whileRotated(db, key) { try await devices.erase(as: key) }
+            #expect(erasure == nil)
+            #expect(try await Superuser.column("SELECT count(*)::text FROM devices WHERE erasing_since IS NULL", in: db.name) == ["1"])
+            await database.pool.close()
+        }
+    }
+
+    @Test func aRotationWithTheOldKeyFindsNoDevice() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await devices.register(DeviceInfo(model: "kept"), as: key)
+            let outcome = try await Self.whileRotated(db, key) { () async throws -> String in
+                do {
+                    _ = try await devices.rotate(as: key, to: try DeviceID(UUID()))
+                    return "rotated"
+                } catch let error as RepositoryError {
+                    return "\(error)"
+                }
+            }
+            #expect(outcome == "\(RepositoryError.deviceNotRegistered)")
+            #expect(try await Superuser.column("SELECT count(*)::text FROM device_key_map", in: db.name) == ["1"])
+            await database.pool.close()
+        }
+    }
+}
