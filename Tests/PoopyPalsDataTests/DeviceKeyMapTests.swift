@@ -90,24 +90,26 @@ struct DeviceKeyMapTests {
         }
     }
 
-    /// sql/0027: registration is a function that takes the key's map row first. Twenty registrations of one new key
+    /// sql/0027: registration is a function that takes the key's map row first. Eight registrations of one new key
     /// at once make one device, one map row and one registration token taken, and exactly one says "created"; the
     /// service role itself can neither insert a device nor touch a bucket, and cannot delete its device (which would
     /// leave its map row behind: only erasure removes a device).
     @Test func concurrentRegistrationsOfOneKeyMakeOneDevice() async throws {
         try await TestDatabase.withMigrated { db in
-            // Ten instances of the service (a device holds two connections of each at most: DeviceSlots).
-            let instances = (0..<10).map { _ in Database(pool: db.pool(size: 2)) }
+            // Four instances of the service (a device holds two connections of each at most: DeviceSlots). Not more:
+            // the whole suite runs at once; in the CI run where this test first held twenty, PostgreSQL 18 refused
+            // connections ("too many clients", of 600).
+            let instances = (0..<4).map { _ in Database(pool: db.pool(size: 2)) }
             let device = try DeviceID(UUID())
             let network = RateLimits.networkKey("192.0.2.7")
             let created = try await withThrowingTaskGroup(of: Bool.self) { group in
-                for n in 0..<20 {
-                    let devices = DeviceRepository(database: instances[n % 10])
+                for n in 0..<8 {
+                    let devices = DeviceRepository(database: instances[n % 4])
                     group.addTask { try await devices.register(DeviceInfo(model: "phone \(n)"), as: device, network: network).created }
                 }
                 return try await group.reduce(into: [Bool]()) { $0.append($1) }
             }
-            #expect(created.count == 20 && created.filter { $0 }.count == 1)
+            #expect(created.count == 8 && created.filter { $0 }.count == 1)
             #expect(try await Self.map(db).count == 1)
             #expect(try await Self.map(db) == Self.liveDevices(db))
             let burst = RateLimits().registrationBurst

@@ -8,7 +8,7 @@ import TestSupport
 /// device was rotated away (or erased) by a transaction that committed while the request waited for the device's
 /// lock must then find no device, as a lookup by key did before: it must not register, rotate or erase the device
 /// now known by the new key. Found in review; each test failed before the functions checked the key again.
-@Suite("A key changed while a request waits")
+@Suite("A key changed while a request waits", .serialized)
 struct KeyChangeRaceTests {
     /// Holds device `key`'s row locked in a superuser transaction, runs `request` meanwhile (it waits for the lock),
     /// then moves the device to a new key as a rotation does and commits: `request` resumes after the move.
@@ -29,7 +29,7 @@ struct KeyChangeRaceTests {
 
     @Test func aRegistrationWithTheOldKeyMakesANewDevice() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 2))
+            let database = Database(pool: db.pool(size: 1))
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "first"), as: key)
@@ -44,7 +44,7 @@ struct KeyChangeRaceTests {
 
     @Test func anErasureWithTheOldKeyErasesNothing() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 2))
+            let database = Database(pool: db.pool(size: 1))
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "kept"), as: key)
@@ -57,7 +57,7 @@ struct KeyChangeRaceTests {
 
     @Test func aRotationWithTheOldKeyFindsNoDevice() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 2))
+            let database = Database(pool: db.pool(size: 1))
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "kept"), as: key)

@@ -179,7 +179,11 @@ struct DataRightsTests {
             let acknowledged = Locked<[String]>([])
             let statuses = Locked<[Int: Int]>([:])
             let rotatedAt = Locked<ContinuousClock.Instant?>(nil)
-            let deadline = ContinuousClock.now + .seconds(20)
+            // The rotation waits for 40 acknowledged writes, or 20 s; the writers go on until 1 s after it (or 60 s), so
+            // that writes after the rotation are seen even on a machine that managed 32 writes in 20 s (under the whole
+            // suite on two cores).
+            let start = ContinuousClock.now
+            let deadline = start + .seconds(60)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
                     group.addTask {
@@ -198,7 +202,7 @@ struct DataRightsTests {
                     }
                 }
                 group.addTask {
-                    while acknowledged.value.count < 40, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+                    while acknowledged.value.count < 40, ContinuousClock.now < start + .seconds(20) { try await Task.sleep(for: .milliseconds(5)) }
                     let reply = try await api.send("POST", "/v1/device/rotate", device: old, json: #"{"newDeviceId": "\#(new.uuidString)"}"#)
                     #expect(reply.status == 200, "\(reply.text)")
                     rotatedAt.withLock { $0 = .now }
