@@ -17,9 +17,20 @@ struct KeyChangeRaceTests {
         let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
         try conn.executeScript("BEGIN")
         let id = try conn.query("SELECT id FROM devices WHERE key = \(key.key) FOR UPDATE")[0].decode(0, as: UUID.self)
-        let task = Task { try await request() }
-        // Long enough for the request to reach the lock (it waits there until the commit below).
-        try await Task.sleep(for: .milliseconds(500))
+        let finished = Locked(false)
+        let task = Task {
+            defer { finished.withLock { $0 = true } }
+            return try await request()
+        }
+        // Until the request waits for the lock (it waits there until the commit below): a request that came after the
+        // move would pass without having met the race.
+        do {
+            try await db.waitUntilSessionsWaitOnALock(unless: { finished.value })
+        } catch {
+            _ = try? conn.executeScript("ROLLBACK")
+            _ = try? await task.value
+            throw error
+        }
         let moved = UUID()
         try conn.query("UPDATE devices SET key = \(moved) WHERE id = \(id)")
         try conn.query("UPDATE device_key_map SET key = \(moved) WHERE id = \(id)")
@@ -27,9 +38,15 @@ struct KeyChangeRaceTests {
         return try await task.value
     }
 
+    /// One connection, and lock and statement timeouts of 25 s, not the default 2 s lock timeout: under the whole
+    /// suite's load the request once gave up its wait before this test had seen it wait.
+    static func database(_ db: TestDatabase) -> Database {
+        Database(pool: db.pool(size: 1), timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25)))
+    }
+
     @Test func aRegistrationWithTheOldKeyMakesANewDevice() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 1))
+            let database = Self.database(db)
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "first"), as: key)
@@ -44,7 +61,7 @@ struct KeyChangeRaceTests {
 
     @Test func anErasureWithTheOldKeyErasesNothing() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 1))
+            let database = Self.database(db)
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "kept"), as: key)
@@ -57,7 +74,7 @@ struct KeyChangeRaceTests {
 
     @Test func aRotationWithTheOldKeyFindsNoDevice() async throws {
         try await TestDatabase.withMigrated { db in
-            let database = Database(pool: db.pool(size: 1))
+            let database = Self.database(db)
             let devices = DeviceRepository(database: database)
             let key = try DeviceID(UUID())
             _ = try await devices.register(DeviceInfo(model: "kept"), as: key)

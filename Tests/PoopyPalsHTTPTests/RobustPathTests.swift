@@ -133,6 +133,51 @@ struct RobustPathTests {
         }
     }
 
+    /// A device with two requests at the database has its third wait `deviceWait` (the configuration's: the tests'
+    /// servers wait 30 s, production 3 s): answered when a slot comes free within it, else 429 `device_busy` with
+    /// `Retry-After`. Other devices are served meanwhile.
+    @Test func aDevicesThirdRequestWaitsItsDeviceWaitThenIs429DeviceBusy() async throws {
+        try await TestDatabase.withAPI(poolSize: 4, configure: {
+            $0.deviceWait = .milliseconds(300)
+            $0.timeouts = RequestTimeouts(statement: .seconds(25), lock: .seconds(25))
+        }) { impatient, db in
+            let patient = try await LiveAPI.start(db.configuration, poolSize: 4) {
+                $0.deviceWait = .seconds(20)
+                $0.timeouts = RequestTimeouts(statement: .seconds(25), lock: .seconds(25))
+            }
+            defer { Task { await patient.stop() } }
+            for waits in [false, true] {
+                let api = waits ? patient : impatient
+                let device = UUID()
+                #expect(try await TransportTests.register(device, on: db) == 201)
+                let release = Locked(false)
+                let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
+                    try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
+                }
+                async let first = api.send("GET", "/v1/logs", device: device)
+                async let second = api.send("GET", "/v1/logs", device: device)
+                try await db.waitUntilSessionsWaitOnALock(count: 2)
+                async let third = api.send("GET", "/v1/logs", device: device)
+                #expect(try await api.send("PUT", "/v1/device", device: UUID()).status == 201)
+                if waits {
+                    // Longer than production's 3 s: the third is still waiting for a slot, and gets one.
+                    try await Task.sleep(for: .seconds(4))
+                    release.withLock { $0 = true }
+                    #expect(try await third.status == 200)
+                } else {
+                    let refused = try await third
+                    #expect(refused.status == 429)
+                    #expect(refused.errorCode == "device_busy")
+                    #expect(refused.header("Retry-After") != nil)
+                    release.withLock { $0 = true }
+                }
+                #expect(try await first.status == 200)
+                #expect(try await second.status == 200)
+                try await lock.value
+            }
+        }
+    }
+
     @Test func readinessFailsWhenTheDatabaseIsGoneAndLivenessDoesNot() async throws {
         let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: "postgresql://nobody@127.0.0.1:1/none", connectTimeoutSeconds: 2))
         let ready = try await api.send("GET", "/readyz", headers: ["X-Request-ID": "not-ready-1"])

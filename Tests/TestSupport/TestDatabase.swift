@@ -216,15 +216,20 @@ extension TestDatabase {
             .decode(0, as: Int.self)
     }
 
-    /// Returns once a session on this database waits for a lock; throws after `timeout`.
-    public func waitUntilSessionsWaitOnALock(timeout: Duration = .seconds(30)) async throws {
+    /// Returns once `count` sessions on this database wait for a lock; throws after `timeout`, or as soon as `unless`
+    /// (the waiter finished without having been seen waiting).
+    public func waitUntilSessionsWaitOnALock(count: Int = 1, timeout: Duration = .seconds(30),
+                                             unless: @Sendable () -> Bool = { false }) async throws {
         let deadline = ContinuousClock.now + timeout
         let pool = pool(size: 1)
         defer { Task { await pool.close() } }
+        var seen = 0
         while ContinuousClock.now < deadline {
-            if try await pool.withConnection({ try self.sessionsWaitingOnALock(in: $0) }) > 0 { return }
+            if unless() { throw SetupError("what was to wait on a lock finished before \(count) sessions were seen waiting") }
+            seen = try await pool.withConnection({ try self.sessionsWaitingOnALock(in: $0) })
+            if seen >= count { return }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw SetupError("no session waited on a lock within \(timeout)")
+        throw SetupError("\(seen) of \(count) sessions waited on a lock within \(timeout)")
     }
 }

@@ -45,6 +45,9 @@ public struct APIConfiguration: Sendable {
     public var rates = RateLimits.default
     /// Proxies whose `X-Forwarded-For` names the client (`POOPYPALS_TRUSTED_PROXIES`); from anyone else it is ignored.
     public var trustedProxies: [String] = []
+    /// How long a device's request waits for one of its 2 slots at the database (`DeviceSlots`) before 429
+    /// `device_busy`.
+    public var deviceWait: Duration = .seconds(3)
     /// Exports prepared or streamed at once, one per device (`POOPYPALS_MAX_EXPORTS`); beyond it 429 `export_busy`.
     public var maxExports = 4
     /// How often the background looks for device erasures to finish (`ErasureWorker`); nil: never (tests).

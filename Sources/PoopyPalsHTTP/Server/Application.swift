@@ -29,6 +29,7 @@ func buildApplication(
     // Before anything creates a metric: one made before the backend exists stays a no-op for good.
     let registry = APIMetrics.registry
     let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts,
+                            deviceSlots: DeviceSlots(wait: configuration.deviceWait),
                             quotas: configuration.quotas, rates: configuration.rates)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies)
