@@ -77,6 +77,76 @@ extension CitusTests {
             try await CitusCluster.dropDatabase(name)
         }
 
+        /// The repositories' log operations, as the service runs them (each statement naming the device's stored id,
+        /// sql/0030), on a distributed copy: create and its replay, list and its next page, get, update, delete, a
+        /// sync push of each kind and the pull, an export, the profile lookup.
+        @Test func theLogRepositoriesRunOnTheDistributedSchema() async throws {
+            let name = "citus_r_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+            let url = try await CitusCluster.createDatabase(name)
+            let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
+                                                           maxConnections: 2))
+            do {
+                let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
+                try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+                try await pool.withConnection { try Self.distribute($0) }
+                try await Self.logs(Database(pool: pool))
+                await pool.close()
+            } catch {
+                await pool.close()
+                try? await CitusCluster.dropDatabase(name)
+                throw error
+            }
+            try await CitusCluster.dropDatabase(name)
+        }
+
+        static func logs(_ database: Database) async throws {
+            let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "phone"), as: a)
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "tablet"), as: b)
+            let logs = PoopLogRepository(database: database)
+            let id = UUID()
+            let new = NewPoopLog(id: id, occurredAt: Date(timeIntervalSince1970: 1_700_000_000), bristolType: 3, notes: "n")
+            #expect(try await logs.create(new, as: a).created)
+            #expect(try await logs.create(new, as: a).created == false)
+            for n in 0..<3 {
+                _ = try await logs.create(NewPoopLog(occurredAt: Date(timeIntervalSince1970: Double(1_700_000_100 + n)), bristolType: 4), as: a)
+            }
+            let first = try await logs.list(limit: 2, as: a)
+            let second = try await logs.list(before: first.nextCursor, limit: 2, as: a)
+            #expect(first.items.count == 2 && second.items.count == 2)
+            #expect(try await logs.get(id, as: a)?.notes == "n")
+            #expect(try await logs.get(id, as: b) == nil)
+            #expect(try await logs.update(id, PoopLogPatch(bristolType: 5), as: a)?.bristolType == 5)
+            #expect(try await logs.list(as: b).items.isEmpty)
+            let sync = SyncRepository(database: database)
+            let other = UUID()
+            let pushed = try await sync.push([
+                .upsert(id: other, occurredAt: Date(timeIntervalSince1970: 1_700_000_200), bristolType: 2, notes: nil, baseVersion: nil),
+                .upsert(id: id, occurredAt: new.occurredAt, bristolType: 6, notes: "changed", baseVersion: nil),
+                .delete(id: other),
+            ], as: a)
+            #expect(pushed.results.map(\.1) == [.created, .updated, .deleted])
+            var pulled: [SyncChange] = []
+            var cursor: String?
+            for _ in 0..<10 {
+                let page = try await sync.pull(cursor: cursor, limit: 2, as: a)
+                pulled += page.changes
+                cursor = page.cursor
+                if !page.hasMore { break }
+            }
+            #expect(pulled.count == 5)  // four live logs and the delete
+            let exported = Locked(0)
+            #expect(try await DeviceExport(database: database, batchSize: 2).run(as: a) { part in
+                if case .logs(let batch) = part { exported.withLock { $0 += batch.count } }
+            })
+            #expect(exported.value == 4)
+            let subject = UUID()
+            _ = try await UserRepository(database: database).ensureProfileAndLink(as: a, id: subject, email: "logs@example.com")
+            #expect(try await UserRepository(database: database).find(id: subject, as: a)?.email == "logs@example.com")
+            #expect(try await logs.delete(id, as: a))
+            #expect(try await logs.delete(id, as: a) == false)
+        }
+
         static func live(_ database: Database) async throws {
             let devices = DeviceRepository(database: database)
             let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))

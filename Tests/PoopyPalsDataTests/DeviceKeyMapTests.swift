@@ -169,7 +169,12 @@ struct DeviceKeyMapTests {
             for device in [a, b, erasing] {
                 try await database.asDevice(device) { tx in try tx.finalQuery("INSERT INTO devices (key, model) VALUES (\(device.key), 'phone')") }
             }
-            for _ in 0..<3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: erasing) }
+            // Logs as the service wrote them then (the repository now names the device's id, checked by a function of 0030).
+            for _ in 0..<3 {
+                try await database.asDevice(erasing) { tx in
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), 3)")
+                }
+            }
             _ = try await devices.erase(as: erasing, batch: 1)
             await database.pool.close()
 

@@ -74,8 +74,9 @@ struct QueryPlanTests {
             }
             let deleted = Set(newest.prefix(30))
 
+            let stored = try await database.asDevice(device, readOnly: true) { try $0.storedID() }
             for after in [Int64(0), 1_500, 3_000] {
-                let query = SyncRepository.pullQuery(of: device, after: after, fetch: 21)
+                let query = SyncRepository.pullQuery(of: stored, after: after, fetch: 21)
                 // A page's worth, not the history: PostgreSQL may still read a small side whole (the 30 tombstones)
                 // and sort it, so the bound is a few pages, against 3 000.
                 let rows = try await Self.mostRowsOfAnyNode(query, as: device, database: database)
@@ -167,7 +168,7 @@ struct QueryPlanTests {
     @Test func pageFetchSizesCoverEveryPageSizeWithSixStatements() throws {
         var used = Set<Int>()
         var statements = Set<String>()
-        let device = try DeviceID(UUID())
+        let device = UUID()
         let cursor = LogCursor(occurredAt: Date(timeIntervalSince1970: 1_800_000_000), id: UUID())
         for rows in 1...501 {
             let fetch = PageFetch.rows(atLeast: rows)
@@ -179,7 +180,7 @@ struct QueryPlanTests {
             let pull = SyncRepository.pullQuery(of: device, after: 7, fetch: rows)
             #expect(first.sql.hasSuffix("LIMIT \(fetch)") && first.binds.count == 1 && first.binaryResults)
             #expect(after.sql.hasSuffix("LIMIT \(fetch)") && after.binds.count == 3 && after.binaryResults)
-            #expect(pull.sql.contains("ORDER BY 2 LIMIT \(fetch)\n") && pull.binds == [UUIDText.lowercase(device.key), "7"] && pull.binaryResults)
+            #expect(pull.sql.contains("ORDER BY 2 LIMIT \(fetch)\n") && pull.binds == [UUIDText.lowercase(device), "7"] && pull.binaryResults)
             statements.formUnion([first.sql, after.sql, pull.sql])
         }
         #expect(used.count == 6)

@@ -18,6 +18,8 @@ public final class Database: Sendable {
 
     /// At most this many requests of one device hold a connection at once (the rest wait without one).
     public let deviceSlots: DeviceSlots
+    /// The stored id of each key served lately (`DeviceTransaction.storedID()`).
+    let keptIDs = KeptDeviceIDs()
 
     /// What one device may store (sql/0014), set in every device transaction.
     public let quotas: DeviceQuotas
@@ -107,6 +109,7 @@ public final class Database: Sendable {
         freshAt: ConsistencyToken?, recorder: CommitRecorder?, _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
+        let keptIDs = keptIDs
         let settings = contextSettings
         let quotas = quotas
         let rates = rates
@@ -125,13 +128,15 @@ public final class Database: Sendable {
                 }
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder,
-                                                    carried: carried)
+                                                    carried: carried, keptIDs: keptIDs)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)
                     return value
                 } catch {
                     Self.rollBack(connection)
+                    // A stale kept id stopped the request before its work ran: looked up again on the next attempt.
+                    if Self.isStaleKeptID(error) { keptIDs.forget(device.key) }
                     if let exceeded = quotas.exceeded(by: error) { throw exceeded }
                     if let limited = rates.exceeded(by: error) { throw limited }
                     // A read-only transaction commits nothing: its outcome is never unknown.
@@ -191,6 +196,7 @@ public final class Database: Sendable {
     ) async throws -> T {
         var number = 1
         var staleRetried = false
+        var keptIDRetried = false
         /// Set once an attempt's COMMIT went unanswered: from then on only a successful replay settles it. A
         /// replay that fails (it waited for the first attempt's locks, which a commit stuck on its standby still
         /// holds) leaves the outcome as unknown as it was.
@@ -204,6 +210,12 @@ public final class Database: Sendable {
                 if !staleRetried, Self.isStaleStatement(underlying) {
                     // The connection has already forgotten the stale statement; nothing of the work took effect.
                     staleRetried = true
+                    retries.increment()
+                    continue
+                }
+                if !keptIDRetried, Self.isStaleKeptID(underlying) {
+                    // Refused in the context, before the work's first statement ran; the id is forgotten.
+                    keptIDRetried = true
                     retries.increment()
                     continue
                 }
@@ -237,6 +249,11 @@ public final class Database: Sendable {
 extension Database {
     static func isStaleStatement(_ error: any Error) -> Bool {
         PostgresClientError.find(in: error)?.kind == .statementInvalidated
+    }
+
+    /// sql/0030's `poopypals_device_is`: the key no longer stands for the device id this instance kept.
+    static func isStaleKeptID(_ error: any Error) -> Bool {
+        PostgresError.find(in: error)?.sqlState.rawValue == "PPD01"
     }
 }
 

@@ -1,3 +1,4 @@
+import Foundation
 import PostgresClient
 import Values
 
@@ -20,6 +21,12 @@ public final class DeviceTransaction {
     private(set) var commitSent = false
     /// True after `finalQuery`: the transaction is over.
     private(set) var isFinished = false
+    /// Where ids looked up are kept, and whence a kept one came.
+    private let keptIDs: KeptDeviceIDs?
+    /// The device's stored id once known: kept or looked up; `.some(nil)`: no device.
+    private var resolvedID: UUID??
+    /// The check of a kept id, sent before the next statement (`storedID()`).
+    private var pendingCheck: PostgresQuery?
 
     /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
     ///   work that reads in several round trips and must see one consistent state (an export).
@@ -31,12 +38,16 @@ public final class DeviceTransaction {
     /// - Parameter carried: the database is a Citus coordinator: the context is also sent as `SET LOCAL`
     ///   statements, which Citus carries to the workers (`ContextSettings.carried`, and the device's key), in the
     ///   same pipeline.
+    /// - Parameter keptIDs: the device's stored id, when kept there, is named by `storedID()` without a lookup and
+    ///   checked before the next statement (`poopypals_device_is`, sql/0030: PPD01 when stale); one looked up is
+    ///   kept there.
     init(connection: Connection, device: DeviceID, settings: ContextSettings = .default, snapshot: Bool = false, readOnly: Bool = false,
-         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil, carried: Bool = false) {
+         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil, carried: Bool = false, keptIDs: KeptDeviceIDs? = nil) {
         self.connection = connection
         self.device = device
         self.readOnly = snapshot || readOnly
         self.recorder = snapshot || readOnly ? nil : recorder
+        self.keptIDs = keptIDs
         var prefix: [PostgresQuery] = []
         prefix.reserveCapacity((freshAt == nil ? 2 : 3) + (carried ? settings.carried.count + 1 : 0))
         prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
@@ -59,6 +70,30 @@ public final class DeviceTransaction {
             prefix.append(PostgresQuery(unsafeSQL: "SET LOCAL app.device_id = '\(UUIDText.lowercase(device.key))'").asOneOff())
         }
         self.prefix = prefix
+    }
+
+    private static let checkKeptID = "SELECT poopypals_device_is($1)"
+    private static let lookUpID: PostgresQuery = "SELECT get_current_device_id()"
+
+    /// The device's stored id (`devices.id`), which the work's statements name: on Citus what routes a statement to
+    /// the device's shard (sql/0030). nil when the key stands for no device (not registered, or being erased).
+    ///
+    /// Kept by this instance: no round trip; the next statement's pipeline checks it first, after the context, so that
+    /// a stale one fails the transaction (PPD01) before that statement runs (`Database` then looks it up again and
+    /// runs the work once more). Else looked up, in a round trip of its own (with the context when the transaction
+    /// has not begun: a request's first statement then costs a second round trip), and kept.
+    /// - Throws: as `query(_:)`.
+    public func storedID() throws -> UUID? {
+        if let resolvedID { return resolvedID }
+        if let kept = keptIDs?.id(for: device.key) {
+            pendingCheck = PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [kept])
+            resolvedID = .some(kept)
+            return kept
+        }
+        let found = try run(Self.lookUpID, commit: false).first?.decode(0, as: UUID?.self) ?? nil
+        resolvedID = .some(found)
+        if let found { keptIDs?.keep(found, for: device.key) }
+        return found
     }
 
     private static let begin: PostgresQuery = "BEGIN"
@@ -139,16 +174,27 @@ public final class DeviceTransaction {
         recorder.record(token)
     }
 
-    private func run(_ query: PostgresQuery, commit: Bool) throws -> QueryResult {
+    /// `finalQuery`, with the device's stored id looked up after `query` in the same round trip (and kept), when it is
+    /// not known yet: for registration, whose statement may have made the device.
+    func finalQueryThenStoredID(_ query: PostgresQuery) throws -> QueryResult {
+        try run(query, commit: true, lookUp: resolvedID == nil)
+    }
+
+    private func run(_ query: PostgresQuery, commit: Bool, lookUp: Bool = false) throws -> QueryResult {
         guard !isFinished else {
             throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
         }
-        let prefixStatements = prefix ?? []
+        var prefixStatements = prefix ?? []
         prefix = nil
+        if let check = pendingCheck {
+            prefixStatements.append(check)
+            pendingCheck = nil
+        }
         var batch: [PostgresQuery] = []
         batch.reserveCapacity(prefixStatements.count + 3)
         batch.append(contentsOf: prefixStatements)
         batch.append(query)
+        if lookUp { batch.append(Self.lookUpID) }
         let records = commit ? recorder : nil
         if commit {
             batch.append(Self.commitStatement)
@@ -158,9 +204,14 @@ public final class DeviceTransaction {
             if records != nil { batch.append(Self.commitPosition) }
         }
         let results = try connection.pipelineResults(batch)
-        let commitIndex = commit ? prefixStatements.count + 1 : nil
+        let commitIndex = commit ? prefixStatements.count + (lookUp ? 2 : 1) : nil
         try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
         if let records, case .success(let position)? = results.last { try? record(position, in: records) }
+        if lookUp, case .success(let answer) = results[prefixStatements.count + 1] {
+            let found = try answer.first?.decode(0, as: UUID?.self) ?? nil
+            resolvedID = .some(found)
+            if let found { keptIDs?.keep(found, for: device.key) }
+        }
         return try results[prefixStatements.count].get()
     }
 

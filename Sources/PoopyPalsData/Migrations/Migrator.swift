@@ -88,10 +88,12 @@ public struct Migrator: Sendable {
     /// the workers as the role they switched to, and ours are NOLOGIN roles (`role … is not permitted to log in`,
     /// sql/0010), and a schema grant to them is not carried (0013's function replaced on a worker without CREATE
     /// on `public`). Later migrations are written for both, and run with Citus's defaults: a statement on a table
-    /// already distributed must reach its shards. 0027 to 0029 (the key map written by registration, rotation
-    /// and erasure; policies a shard can run; statements Citus runs) still make coordinator objects only, before anything is distributed: their
-    /// functions belong to the NOLOGIN profile role too.
-    static let lastSingleNodeVersion: Int64 = 29
+    /// already distributed must reach its shards. 0027 to 0030 (the key map written by registration, rotation
+    /// and erasure; policies a shard can run; statements Citus runs; the kept id's check) still make coordinator
+    /// objects only, before anything is distributed: 0027–0029's functions belong to the NOLOGIN profile role too,
+    /// and 0030's function, propagated, carried the service roles to the workers with the schema's grants (a
+    /// function with no table, run on the coordinator).
+    static let lastSingleNodeVersion: Int64 = 30
 
     static let historyTableSQL = """
         CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -31,18 +31,20 @@ public struct DeviceExport: Sendable {
         let fetch = ("FETCH \(unescaped: String(batchSize)) FROM poopypals_export" as PostgresQuery).withBinaryResults()
         return try await database.asDevice(device, snapshot: true, consistency: consistency) { tx in
             // REPEATABLE READ: the device, its profile and every batch of the cursor see the same state.
-            guard let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices WHERE key = \(device.key)").first else {
+            // Named by its stored id (nil: not registered, and nothing is read).
+            guard let stored = try tx.storedID(),
+                  let deviceRow = try tx.query("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(stored)").first else {
                 return false
             }
             let profile = try tx.query("""
-                SELECT \(unescaped: User.columns) FROM users WHERE id = (SELECT d.user_id FROM devices d WHERE d.key = \(device.key))
+                SELECT \(unescaped: User.columns) FROM users WHERE id = (SELECT d.user_id FROM devices d WHERE d.id = \(stored))
                 """).first.map(User.init(row:))
             let exported = try Device(row: deviceRow, id: device)
             try consume(.header(device: exported, profile: profile.flatMap { $0.id == profileOwner ? $0 : nil },
                                 profileLinked: exported.userID != nil))
             try tx.query("""
                 DECLARE poopypals_export NO SCROLL CURSOR FOR
-                SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) ORDER BY occurred_at, id
+                SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(stored) ORDER BY occurred_at, id
                 """)
             while true {
                 let rows = try tx.query(fetch)

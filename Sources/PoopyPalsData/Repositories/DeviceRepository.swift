@@ -30,7 +30,8 @@ public struct DeviceRepository: Sendable {
         // sql/0027: the function finds the device by the key map, creates it (with the network's registration token
         // and its map row) or updates it, in the request's one statement.
         return try await database.asDevice(device, idempotent: true) { tx in
-            let row = try tx.finalQuery("""
+            // The device's stored id is looked up after it, in the same round trip, and kept for the requests to come.
+            let row = try tx.finalQueryThenStoredID("""
                 SELECT outcome, \(unescaped: Device.columns) FROM poopypals_register_device(
                     \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator),
                     \(device.isStrong), \(network ?? ""), \(burst), \(rate))
@@ -49,7 +50,8 @@ public struct DeviceRepository: Sendable {
     /// The calling device's row, or nil before it registered.
     public func current(as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> Device? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE key = \(device.key)").first.map { try Device(row: $0, id: device) }
+            guard let stored = try tx.storedID() else { return nil }
+            return try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(stored)").first.map { try Device(row: $0, id: device) }
         }
     }
 
@@ -61,6 +63,8 @@ public struct DeviceRepository: Sendable {
     ///   `newID`.
     public func rotate(as device: DeviceID, to newID: DeviceID) async throws -> Device {
         guard newID.isStrong else { throw RepositoryError.weakDeviceID }
+        // The old key stands for no device afterwards: its kept id is dropped here (elsewhere its check drops it).
+        defer { database.keptIDs.forget(device.key) }
         return try await database.asDevice(device) { tx in
             let row = try tx.finalQuery("""
                 SELECT outcome, \(unescaped: Device.columns) FROM poopypals_rotate_device(\(newID.key))
@@ -95,7 +99,8 @@ public struct DeviceRepository: Sendable {
     /// which also reports progress). Nil when the device is not registered and no erasure of it is under way.
     /// - Throws: `PostgresError`.
     public func erase(as device: DeviceID, subject: UUID? = nil, batch: Int = DeviceRepository.erasureBatch) async throws -> Erasure? {
-        try await database.asDevice(device, idempotent: true) { tx in
+        defer { database.keptIDs.forget(device.key) }
+        return try await database.asDevice(device, idempotent: true) { tx in
             let row = try tx.finalQuery("""
                 SELECT erased, logs, profile_erased, logs_remaining FROM poopypals_erase_device(\(subject), \(max(1, batch)))
                 """)[0]

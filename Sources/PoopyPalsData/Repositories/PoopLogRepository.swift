@@ -65,7 +65,7 @@ public struct PoopLogRepository: Sendable {
         do {
             returned = try await database.asDevice(device, idempotent: true) { tx in
                 let rows = try tx.finalQuery(PostgresQuery(
-                    unsafeSQL: Self.createStatement, binds: [id, device.key, new.occurredAt, new.bristolType, new.notes]
+                    unsafeSQL: Self.createStatement, binds: [id, try tx.storedID(), new.occurredAt, new.bristolType, new.notes]
                 ).withBinaryResults())
                 return try rows.first.map { (try PoopLog(row: $0), try $0.decode("created", as: Bool.self)) }
             }
@@ -79,7 +79,7 @@ public struct PoopLogRepository: Sendable {
         if let returned {
             (log, created) = returned
         } else if let existing = try await database.asDevice(device, idempotent: true, { tx in
-            try tx.finalQuery(Self.getQuery(id, as: device)).first.map(PoopLog.init(row:))
+            try tx.finalQuery(Self.getQuery(id, of: try tx.storedID())).first.map(PoopLog.init(row:))
         }) {
             (log, created) = (existing, false)
         } else {
@@ -91,46 +91,45 @@ public struct PoopLogRepository: Sendable {
 
     /// `create`'s statement: inserts, or finds the row that already has this id, in one statement. Made once:
     /// interpolated, it was 12 appends and 7 placeholders a request (7 k instructions); its values are bound as
-    /// `$1` to `$5` (id, device key, occurred at, Bristol type, notes), the id and key used twice.
+    /// `$1` to `$5` (id, the device's stored id, occurred at, Bristol type, notes), the two ids used twice.
     static let createStatement = """
-        WITH device AS (SELECT d.id FROM devices d WHERE d.key = $2),
-        inserted AS (
+        WITH inserted AS (
             INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-            VALUES ($1, (SELECT id FROM device), $3, $4, $5)
+            VALUES ($1, $2, $3, $4, $5)
             ON CONFLICT (device_id, id) DO NOTHING
             RETURNING \(PoopLog.columns)
         )
         SELECT *, true AS created FROM inserted
         UNION ALL
         SELECT \(PoopLog.columns), false FROM poop_logs
-        WHERE device_id = (SELECT id FROM device) AND id = $1 AND NOT EXISTS (SELECT FROM inserted)
+        WHERE device_id = $2 AND id = $1 AND NOT EXISTS (SELECT FROM inserted)
         """
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
-    static func listQuery(of device: DeviceID, after position: LogCursor?, fetch: Int) -> PostgresQuery {
+    static func listQuery(of device: UUID?, after position: LogCursor?, fetch: Int) -> PostgresQuery {
         let rows = PageFetch.rows(atLeast: fetch)
         let statements = listStatements.first { $0.rows == rows } ?? makeListStatements(rows: rows)
         let query = if let position {
-            PostgresQuery(unsafeSQL: statements.after, binds: [device.key, position.occurredAt, position.id])
+            PostgresQuery(unsafeSQL: statements.after, binds: [device, position.occurredAt, position.id])
         } else {
-            PostgresQuery(unsafeSQL: statements.first, binds: [device.key])
+            PostgresQuery(unsafeSQL: statements.first, binds: [device])
         }
         // Binary: 20 rows are 60 timestamps and 20 UUIDs neither printed by the server nor parsed here.
         return query.withBinaryResults()
     }
 
     /// `list`'s statements for each of `PageFetch.sizes`, made once (interpolated, they were about 4 k
-    /// instructions a request): the first page binds the device key as `$1`; a later one binds the cursor's
+    /// instructions a request): the first page binds the device's stored id as `$1`; a later one binds the cursor's
     /// time and id as `$2` and `$3` too.
     static let listStatements = PageFetch.sizes.map(makeListStatements(rows:))
 
     static func makeListStatements(rows: Int) -> (rows: Int, first: String, after: String) {
         (rows, """
-            SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = $1)
+            SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
             """, """
             SELECT \(PoopLog.columns) FROM poop_logs
-            WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = $1) AND (occurred_at, id) < ($2, $3)
+            WHERE device_id = $1 AND (occurred_at, id) < ($2, $3)
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
             """)
     }
@@ -139,12 +138,12 @@ public struct PoopLogRepository: Sendable {
     /// With `consistency`, never older than that write (see `ConsistencyToken`).
     public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            try tx.finalQuery(Self.getQuery(id, as: device)).first.map(PoopLog.init(row:))
+            try tx.finalQuery(Self.getQuery(id, of: try tx.storedID())).first.map(PoopLog.init(row:))
         }
     }
 
-    static func getQuery(_ id: UUID, as device: DeviceID) -> PostgresQuery {
-        let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)"
+    static func getQuery(_ id: UUID, of device: UUID?) -> PostgresQuery {
+        let query: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(device) AND id = \(id)"
         return query.withBinaryResults()
     }
 
@@ -155,10 +154,9 @@ public struct PoopLogRepository: Sendable {
                      consistency: ConsistencyToken? = nil) async throws -> PoopLogPage {
         guard Self.pageSizes.contains(limit) else { throw InvalidField("limit", "must be between 1 and 200") }
         let position = try cursor.map(LogCursor.init(encoded:))
-        let query = Self.listQuery(of: device, after: position, fetch: limit + 1)  // one more tells whether a page follows
         let logs = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            // Rows past limit + 1 (`PageFetch` rounds up) are not decoded.
-            let result = try tx.finalQuery(query)
+            // One more than the limit tells whether a page follows; rows past limit + 1 (`PageFetch` rounds up) are not decoded.
+            let result = try tx.finalQuery(Self.listQuery(of: try tx.storedID(), after: position, fetch: limit + 1))
             return try PoopLog.decode(result.prefix(limit + 1), of: result)
         }
         let fitting = PageBytes.countFitting(logs.prefix(limit).lazy.map(\.responseSizeBound))
@@ -174,13 +172,14 @@ public struct PoopLogRepository: Sendable {
         let notes: String? = if case .set(let text) = patch.notes { text } else { nil }
         try Self.validate(occurredAt: patch.occurredAt, bristolType: patch.bristolType, notes: notes)
         return try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery("""
+            let stored = try tx.storedID()
+            return try tx.finalQuery("""
                 UPDATE poop_logs SET
                     occurred_at = COALESCE(\(patch.occurredAt)::timestamptz, occurred_at),
                     bristol_type = COALESCE(\(patch.bristolType)::smallint, bristol_type),
                     notes = CASE WHEN \(patch.notes != nil)::boolean THEN \(notes)::text ELSE notes END,
                     updated_at = now()
-                WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)
+                WHERE device_id = \(stored) AND id = \(id)
                 RETURNING \(unescaped: PoopLog.columns)
                 """).first.map(PoopLog.init(row:))
         }
@@ -189,7 +188,8 @@ public struct PoopLogRepository: Sendable {
     /// Deletes the log; false when it does not exist or belongs to another device.
     public func delete(_ id: UUID, as device: DeviceID) async throws -> Bool {
         try await database.asDevice(device, idempotent: true) { tx in
-            try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(device.key)) AND id = \(id)").rowsAffected == 1
+            let stored = try tx.storedID()
+            return try tx.finalQuery("DELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(id)").rowsAffected == 1
         }
     }
 

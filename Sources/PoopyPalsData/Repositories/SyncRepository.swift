@@ -64,9 +64,8 @@ public struct SyncRepository: Sendable {
         let from = try cursor.map { encoded throws(InvalidField) in try SyncCursor(encoded: encoded) }
         let after = from?.sequence ?? 0
         let consistency = [consistency, from?.position].compactMap { $0 }.max()
-        let query = Self.pullQuery(of: device, after: after, fetch: limit + 1)
         let (purged, rows) = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            let result = try tx.finalQuery(query)
+            let result = try tx.finalQuery(Self.pullQuery(of: try tx.storedID(), after: after, fetch: limit + 1))
             let purged = try result.first?.decode("purged", as: Int64?.self) ?? 0
             var changes: [(Int64, SyncChange)] = []
             let (opColumn, seqColumn) = (try result.column(named: "op"), try result.column(named: "seq"))
@@ -96,30 +95,29 @@ public struct SyncRepository: Sendable {
     /// top-level `UNION ALL … ORDER BY … LIMIT` as read everything, then sort, which made a page cost the device's
     /// whole history after the cursor (1 000 logs: 1 030 buffers and 800 pages/s at 1 M rows, against 4 600/s
     /// with the inner limits).
-    static func pullQuery(of device: DeviceID, after: Int64, fetch: Int) -> PostgresQuery {
+    static func pullQuery(of device: UUID?, after: Int64, fetch: Int) -> PostgresQuery {
         let rows = PageFetch.rows(atLeast: fetch)
         let statement = pullStatements.first { $0.rows == rows }?.sql ?? makePullStatement(rows: rows)
-        return PostgresQuery(unsafeSQL: statement, binds: [device.key, after]).withBinaryResults()
+        return PostgresQuery(unsafeSQL: statement, binds: [device, after]).withBinaryResults()
     }
 
     /// The pull's statement for each of `PageFetch.sizes`, made once (interpolated, it was 5 values bound and
-    /// 14 appends a request): `$1` is the device key, `$2` the sequence the page starts after.
+    /// 14 appends a request): `$1` is the device's stored id, `$2` the sequence the page starts after.
     static let pullStatements = PageFetch.sizes.map { (rows: $0, sql: makePullStatement(rows: $0)) }
 
     static func makePullStatement(rows: Int) -> String {
         """
-        WITH device AS (SELECT id, purged_through_seq FROM devices WHERE key = $1),
-        changes AS (
+        WITH changes AS (
             (SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes,
                     l.created_at, l.updated_at, l.change_seq AS version
-             FROM poop_logs l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > $2 ORDER BY l.change_seq LIMIT \(rows))
+             FROM poop_logs l WHERE l.device_id = $1 AND l.change_seq > $2 ORDER BY l.change_seq LIMIT \(rows))
             UNION ALL
             (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL
-             FROM poop_log_tombstones t WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > $2
+             FROM poop_log_tombstones t WHERE t.device_id = $1 AND t.change_seq > $2
              ORDER BY t.change_seq LIMIT \(rows))
             ORDER BY 2 LIMIT \(rows)
         )
-        SELECT (SELECT purged_through_seq FROM device) AS purged, c.*
+        SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = $1) AS purged, c.*
         FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq
         """
     }
@@ -176,17 +174,19 @@ public struct SyncRepository: Sendable {
     private static func apply(_ operation: SyncOperation, index: Int, in tx: DeviceTransaction) throws -> SyncResult {
         switch operation {
         case .delete(let id):
-            return try tx.execute("DELETE FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id)") == 1 ? .deleted : .notFound
+            let stored = try tx.storedID()
+            return try tx.execute("DELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(id)") == 1 ? .deleted : .notFound
         case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
+            let stored = try tx.storedID()
             // Locked, so that the comparison and the write see the same row.
-            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id) FOR UPDATE"
+            let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(id) FOR UPDATE"
             let current: PoopLog
             if let locked = try tx.query(select).first.map(PoopLog.init(row:)) {
                 current = locked
             } else {
                 let inserted = try tx.query("""
                     INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-                    VALUES (\(id), (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)), \(occurredAt), \(bristolType), \(notes))
+                    VALUES (\(id), \(stored), \(occurredAt), \(bristolType), \(notes))
                     ON CONFLICT (device_id, id) DO NOTHING RETURNING id
                     """)
                 if !inserted.isEmpty {
@@ -206,7 +206,7 @@ public struct SyncRepository: Sendable {
             if let baseVersion, baseVersion != current.version { throw SyncError.versionConflict(index: index) }
             try tx.execute("""
                 UPDATE poop_logs SET occurred_at = \(occurredAt), bristol_type = \(bristolType), notes = \(notes), updated_at = now()
-                WHERE device_id = (SELECT d.id FROM devices d WHERE d.key = \(tx.device.key)) AND id = \(id)
+                WHERE device_id = \(stored) AND id = \(id)
                 """)
             return .updated
         }

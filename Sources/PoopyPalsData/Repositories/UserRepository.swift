@@ -76,7 +76,8 @@ public struct UserRepository: Sendable {
     ) async throws -> (profile: Profile, device: Device) {
         try await transaction(as: device, ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)) { tx, input, requestID in
             let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
-            guard let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE key = \(tx.device.key)").first else {
+            guard let stored = try tx.storedID(),
+                  let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(stored)").first else {
                 throw RepositoryError.deviceNotRegistered
             }
             return (profile, try Device(row: row, id: tx.device))
@@ -104,9 +105,10 @@ public struct UserRepository: Sendable {
     /// The calling device's user if it is subject `id`; nil when the device is linked to no user or another one.
     public func find(id: UUID, as device: DeviceID) async throws -> User? {
         try await database.asDevice(device, idempotent: true, readOnly: true) { tx in
-            try tx.finalQuery("""
+            let stored = try tx.storedID()
+            return try tx.finalQuery("""
                 SELECT \(unescaped: User.columns) FROM users
-                WHERE id = \(id) AND id = (SELECT d.user_id FROM devices d WHERE d.key = \(tx.device.key))
+                WHERE id = \(id) AND id = (SELECT d.user_id FROM devices d WHERE d.id = \(stored))
                 """).first.map(User.init(row:))
         }
     }
