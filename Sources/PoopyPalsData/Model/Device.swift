@@ -13,6 +13,19 @@ public struct Device: Sendable, Equatable, Codable {
 
     static let columns = "user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at"
 
+    private init(id: UUID, userID: UUID?, info: DeviceInfo, createdAt: Date, lastSeenAt: Date) {
+        self.id = id
+        self.userID = userID
+        self.info = info
+        self.createdAt = createdAt
+        self.lastSeenAt = lastSeenAt
+    }
+
+    /// This device as linking it to `user` at `time` leaves it (what the profile function writes).
+    func linked(to user: UUID, at time: Date) -> Device {
+        Device(id: id, userID: user, info: info, createdAt: createdAt, lastSeenAt: time)
+    }
+
     init(row: Row, id: DeviceID) throws {
         self.id = id.uuid
         userID = try row.decode("user_id")

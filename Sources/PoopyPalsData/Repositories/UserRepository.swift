@@ -68,19 +68,26 @@ public struct UserRepository: Sendable {
         return try ensure(input, in: tx, final: false, requestID: RequestTrace.id)
     }
 
-    /// `ensureProfile`, then the calling device as linked, in the same transaction (two round trips).
+    /// `ensureProfile`, and the calling device as linked, in the same transaction (two round trips).
+    ///
+    /// The device is read before the profile function links it, and answered as the link leaves it (its user, and
+    /// last seen at the transaction's time, `now()`, which the function sets): on Citus a statement of the service
+    /// role may not read a shard the function (another role) has written in the transaction ("cannot perform query
+    /// on placements that were modified in this transaction by a different user").
     /// - Throws: as `ensureProfile(as:…)`.
     public func ensureProfileAndLink(
         as device: DeviceID, id: UUID, email: String,
         fullName: FieldUpdate<String> = .unchanged, dateOfBirth: FieldUpdate<CalendarDate> = .unchanged
     ) async throws -> (profile: Profile, device: Device) {
         try await transaction(as: device, ProfileInput(id: id, email: email, fullName: fullName, dateOfBirth: dateOfBirth)) { tx, input, requestID in
-            let profile = try self.ensure(input, in: tx, final: false, requestID: requestID)
             guard let stored = try tx.storedID(),
-                  let row = try tx.finalQuery("SELECT \(unescaped: Device.columns) FROM devices WHERE id = \(stored)").first else {
+                  let row = try tx.query("SELECT \(unescaped: Device.columns), now() AS linked_at FROM devices WHERE id = \(stored)").first else {
                 throw RepositoryError.deviceNotRegistered
             }
-            return (profile, try Device(row: row, id: tx.device))
+            let before = try Device(row: row, id: tx.device)
+            let linkedAt: Date = try row.decode("linked_at")
+            let profile = try self.ensure(input, in: tx, final: true, requestID: requestID)
+            return (profile, before.linked(to: profile.user.id, at: linkedAt))
         }
     }
 
