@@ -6,7 +6,11 @@
 # Each transaction: the context, one count of the device's logs through get_current_device_id(), COMMIT; before it,
 # outside the transaction, the device's key is read into a pgbench variable (the same in every script).
 #
-#   bench/context/run.sh [BINARY]     (BINARY: the poopypals executable, default .build/debug/poopypals)
+#   bench/context/run.sh [BINARY] [names]     (BINARY: the poopypals executable, default .build/debug/poopypals)
+#
+# With `names` (sql/0030, the request naming its device): A's context and count, the count naming the device by a
+# sub-select of its key (J: the statements before 0030), by its stored id (I: a kept id, unchecked), and by its
+# stored id after `poopypals_device_is` checks it (H: what the service sends with a kept id).
 #
 # pgbench cannot vary a literal under -M prepared, so the SET LOCAL scripts run in the simple protocol, and so does
 # a set_config script beside them for the comparison: A vs C is the protocol's price, B vs C and E vs F the
@@ -16,6 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/bench/context
 BIN=${1:-$ROOT/.build/debug/poopypals}
+SET=${2:-context}
 cd "$ROOT"
 [ -x "$BIN" ] || { echo "context: no $BIN (swift build)" >&2; exit 1; }
 command -v pgbench >/dev/null || { echo "context: pgbench missing (postgresql-contrib)" >&2; exit 1; }
@@ -32,7 +37,7 @@ SCU=$(echo "$SU" | sed -E 's|:///[^?]+\?|:///ctxbench?|')
 psql "$SCU" -qX -v ON_ERROR_STOP=1 -v owner="$OWNER" <<'SQL'
 INSERT INTO devices (key, model) SELECT gen_random_uuid(), 'bench' FROM generate_series(1, 1000);
 INSERT INTO device_key_map (key, id) SELECT key, id FROM devices;  -- sql/0027: registration writes it, not a trigger
-CREATE TABLE ctx_keys AS SELECT row_number() OVER (ORDER BY key) AS n, key FROM devices;
+CREATE TABLE ctx_keys AS SELECT row_number() OVER (ORDER BY key) AS n, key, id FROM devices;
 CREATE UNIQUE INDEX ON ctx_keys (n);
 GRANT SELECT ON ctx_keys TO :"owner";
 INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
@@ -56,6 +61,14 @@ run() {  # LABEL MODE FILE
 }
 echo "| context | protocol | tps | PostgreSQL CPU µs per transaction |"
 echo "|---|---|---|---|"
+if [ "$SET" = names ]; then
+  for round in 1 2 3; do
+    run "J: the device by a sub-select of its key (before 0030)" prepared j_prepared_subselect.sql
+    run "I: the device's stored id, unchecked" prepared i_prepared_named.sql
+    run "H: the stored id, checked (poopypals_device_is)" prepared h_prepared_checked.sql
+  done
+  exit 0
+fi
 for round in 1 2 3; do
   run "A: set_config ×9 (the service's)" prepared a_prepared.sql
   run "C: set_config ×9" simple c_simple_setconfig.sql
