@@ -5,48 +5,10 @@ import Testing
 import TestSupport
 
 extension CitusTests {
-    /// Our schema distributed on the cluster by hand, as the distributing migration will do it (docs/scaling.md,
-    /// "Sharding by device": not a migration yet, since the service's log statements do not route there yet): a
-    /// device's whole life through the functions the coordinator runs and statements that name the device's id.
+    /// Our schema distributed on the cluster by `poopypals migrate` (sql/0031, docs/scaling.md, "Sharding by device"):
+    /// a device's whole life through the functions the coordinator runs and statements that name the device's id.
     @Suite("The schema distributed by device")
     struct Distributed {
-        /// What the distributing migration will run, as the database's owner after `poopypals migrate`: the key map,
-        /// users and the registration buckets as reference tables; devices, logs and tombstones distributed by the
-        /// device's id, co-located (the logs' keys to devices added again without ON UPDATE CASCADE, which Citus
-        /// refuses on a distribution column; devices loses its unique key, not its distribution column: the map
-        /// holds it); the policy functions that read the map allowed to on a shard; the service roles LOGIN.
-        static func distribute(_ conn: Connection) throws {
-            try CitusCluster.script(conn, """
-                BEGIN;
-                ALTER TABLE devices DROP CONSTRAINT devices_key_key;
-                ALTER TABLE poop_logs DROP CONSTRAINT poop_logs_device_id_fkey;
-                ALTER TABLE poop_log_tombstones DROP CONSTRAINT poop_log_tombstones_device_id_fkey;
-                SELECT create_reference_table('users');
-                SELECT create_reference_table('device_key_map');
-                SELECT create_reference_table('registration_buckets');
-                SET LOCAL citus.enable_unsafe_triggers = on;
-                SELECT create_distributed_table('devices', 'id', shard_count => 8);
-                SELECT create_distributed_table('poop_logs', 'device_id', colocate_with => 'devices');
-                SELECT create_distributed_table('poop_log_tombstones', 'device_id', colocate_with => 'devices');
-                ALTER TABLE poop_logs ADD CONSTRAINT poop_logs_device_id_fkey FOREIGN KEY (device_id) REFERENCES devices (id) ON DELETE CASCADE;
-                ALTER TABLE poop_log_tombstones ADD CONSTRAINT poop_log_tombstones_device_id_fkey FOREIGN KEY (device_id) REFERENCES devices (id) ON DELETE CASCADE;
-                COMMIT;
-                ALTER FUNCTION get_current_device_id() SET citus.allow_nested_distributed_execution = on;
-                ALTER FUNCTION get_current_device_user_id() SET citus.allow_nested_distributed_execution = on;
-                """)
-            let (app, profiles) = try conn.query("SELECT poopypals_service_role(), poopypals_profiles_role()").first.map {
-                (try $0.decode(0, as: String.self), try $0.decode(1, as: String.self))
-            } ?? ("", "")
-            try CitusCluster.run(conn, "ALTER ROLE \"\(app)\" LOGIN", "ALTER ROLE \"\(profiles)\" LOGIN")
-            // Erasure (of a device, by email) reads or deletes devices over several shards, then deletes a user (a
-            // reference table): in one transaction only over one connection per node ("cannot modify table users
-            // because there was a parallel operation").
-            try CitusCluster.run(conn, "SET citus.enable_ddl_propagation = off", "SET ROLE \"\(profiles)\"",
-                                 "ALTER FUNCTION poopypals_erase_device(uuid, integer) SET citus.multi_shard_modify_mode = 'sequential'",
-                                 "ALTER FUNCTION poopypals_erase_user(text, boolean) SET citus.multi_shard_modify_mode = 'sequential'",
-                                 "RESET ROLE", "RESET citus.enable_ddl_propagation")
-        }
-
         /// Registration, logs with their change numbers and tombstones, isolation on the shards, a profile, the start
         /// of an erasure, a registration and a rotation of the device being erased, the background erasure, the
         /// same key registering again, a live device's rotation, and an erasure by email. Failed before sql/0029 at the first registration ("a column definition list is
@@ -62,7 +24,6 @@ extension CitusTests {
             do {
                 let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
                 try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
-                try await pool.withConnection { try Self.distribute($0) }
                 let kinds = try await pool.withConnection { conn in
                     try conn.query("SELECT logicalrelid::text || ' ' || partmethod::text FROM pg_dist_partition ORDER BY 1").map { try $0.decode(0, as: String.self) }
                 }
@@ -90,7 +51,6 @@ extension CitusTests {
             do {
                 let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
                 try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
-                try await pool.withConnection { try Self.distribute($0) }
                 // Registered before: a new key's registration looks over every shard for a device of that key being
                 // erased (devices.key is not the distribution column; to be kept in a reference table, docs/scaling.md).
                 let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))

@@ -274,17 +274,19 @@ struct RetryMetricTests {
         return line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
     }
 
-    /// A retry forced by an online column type change inside a two-statement transaction (PUT /v1/profile):
-    /// the request succeeds and the retries counter, created after the metrics backend, moves.
+    /// A retry forced by an online column type change under the second round trip of a transaction (GET /v1/export
+    /// reads its profile after its device): the request succeeds and the retries counter, created after the metrics
+    /// backend, moves. (A statement stale in a transaction's first round trip is sent again by the client itself.)
     @Test func aForcedRetryMovesTheRetriesCounter() async throws {
         try await TestDatabase.withAPI(poolSize: 1) { api, db in
             let device = UUID()
             #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
             let token = try await api.token(email: "metrics@example.com")
-            for _ in 0..<2 { #expect(try await api.send("PUT", "/v1/profile", device: device, token: token).status == 200) }
+            #expect(try await api.send("PUT", "/v1/profile", device: device, token: token).status == 200)
+            for _ in 0..<2 { #expect(try await api.send("GET", "/v1/export", device: device).status == 200) }
             let before = try await Self.retries(api)
-            try await db.withConnection { try $0.executeScript("ALTER TABLE devices ALTER COLUMN model TYPE varchar(100)") }
-            let reply = try await api.send("PUT", "/v1/profile", device: device, token: token)
+            try await db.withConnection { try $0.executeScript("ALTER TABLE users ALTER COLUMN full_name TYPE varchar(300)") }
+            let reply = try await api.send("GET", "/v1/export", device: device)
             #expect(reply.status == 200, "\(reply.text)")
             #expect(try await Self.retries(api) >= before + 1)
         }
