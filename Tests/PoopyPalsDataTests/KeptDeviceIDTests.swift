@@ -41,6 +41,37 @@ struct KeptDeviceIDTests {
         }
     }
 
+    /// The retry after a stale id looks the id up, whatever is kept by then: between the forgetting and the retry,
+    /// another request of the same instance may keep the stale id again (its lookup ran before the other instance's
+    /// change). Here the work itself keeps the stale id before each attempt. The retry trusted what was kept and the
+    /// request failed with PPD01 (a 500 to the phone); it now reads the new device.
+    @Test func theRetryAfterAStaleIdLooksItUpEvenWhenTheStaleIdIsKeptAgain() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (first, second) = (Database(pool: db.pool(size: 1)), Database(pool: db.pool(size: 1)))
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: first).register(DeviceInfo(), as: key)
+            let oldID = try #require(first.keptIDs.id(for: key.key))
+            _ = try await DeviceRepository(database: second).erase(as: key)
+            _ = try await DeviceRepository(database: second).register(DeviceInfo(), as: key)
+            let newID = try #require(second.keptIDs.id(for: key.key))
+
+            let attempts = Locked(0)
+            let kept = first.keptIDs
+            let named = try await first.asDevice(key, idempotent: false) { tx in
+                attempts.withLock { $0 += 1 }
+                kept.keep(oldID, for: key.key)
+                let named = try tx.storedID()
+                _ = try tx.finalQuery("SELECT 1")  // a kept id is checked in the pipeline of the next statement
+                return named
+            }
+            #expect(named == newID)
+            #expect(attempts.value == 2)
+            #expect(first.keptIDs.id(for: key.key) == newID)
+            await first.pool.close()
+            await second.pool.close()
+        }
+    }
+
     /// The key rotated away through another instance: the first instance's kept id is stale, and the request is
     /// answered as for an unknown device (nothing listed, a write refused as not registered), not with the moved
     /// device's data and not with an error of the check.

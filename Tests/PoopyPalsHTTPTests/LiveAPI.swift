@@ -63,12 +63,17 @@ struct LiveAPI: Sendable {
         try await send("GET", "/metrics", on: metricsBase)
     }
 
+    /// One request. The client waits 60 s, longer than any wait the server bounds itself (its request timeout and the
+    /// tests' device wait, 30 s each): a server slow under make test's load is not a failure, one that never answers
+    /// is. With TestHTTP's 15 s, a rate-limit test's request once went unanswered in time (CI of 1a04b8f).
     func send(_ method: String, _ path: String, device: UUID? = nil, token: String? = nil,
-              headers: [String: String] = [:], json: String? = nil, body: Data? = nil, on host: URL? = nil) async throws -> Reply {
+              headers: [String: String] = [:], json: String? = nil, body: Data? = nil, on host: URL? = nil,
+              timeout: TimeInterval = 60) async throws -> Reply {
         var fields = headers
         if let device { fields["X-Device-ID"] = device.uuidString.lowercased() }
         if let token { fields["Authorization"] = "Bearer \(token)" }
-        return try await TestHTTP.send(method, try #require(URL(string: path, relativeTo: host ?? base)), headers: fields, json: json, body: body)
+        return try await TestHTTP.send(method, try #require(URL(string: path, relativeTo: host ?? base)), headers: fields, json: json, body: body,
+                                   timeout: timeout)
     }
 
     /// A token as the auth provider would mint it.

@@ -44,11 +44,31 @@ public enum TestHTTP {
         } else if let body {
             request.httpBody = body
         }
-        let (data, response) = try await data(for: request)
+        let started = ContinuousClock.now
+        let data: Data, response: URLResponse
+        do {
+            (data, response) = try await Self.data(for: request)
+        } catch let error as URLError {
+            // Which request, and after how long: a bare "NSURLErrorDomain Code=-1001" (CI of 1a04b8f) names neither.
+            throw RequestFailed(method: method, path: url.path, error: error, after: ContinuousClock.now - started, timeout: timeout)
+        }
         guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
         var fields: [String: String] = [:]
         for (name, value) in http.allHeaderFields { fields["\(name)"] = "\(value)" }
         return HTTPReply(status: http.statusCode, headers: fields, body: data)
+    }
+}
+
+/// A test request that got no reply: the request's method and path (never its headers, which carry device ids),
+/// the error, and how long it had waited.
+public struct RequestFailed: Error, CustomStringConvertible {
+    public let method: String
+    public let path: String
+    public let error: URLError
+    public let after: Duration
+    public let timeout: TimeInterval
+    public var description: String {
+        "\(method) \(path): no reply (URLError \(error.code.rawValue)) after \(after), timeout \(Int(timeout)) s"
     }
 }
 

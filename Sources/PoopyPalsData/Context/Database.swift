@@ -1,6 +1,7 @@
 import Logging
 import Metrics
 import PostgresClient
+import Synchronization
 
 /// The data layer's way into PostgreSQL: every unit of work is one transaction, either as a device
 /// (`asDevice`, row-level security decides what it sees) or, explicitly, as the system (`asSystem`).
@@ -116,6 +117,9 @@ public final class Database: Sendable {
         // One deadline for the request, retries included; an export (a snapshot of many round trips, which may
         // wait for a slow reader between them) bounds each round trip instead.
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
+        // Set when an attempt found its kept id stale: the attempts after it look the id up, whatever is kept by then
+        // (another request of this instance may have kept the stale id again meanwhile, from a lookup of before).
+        let foundStale = StaleFlag()
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
                 let carried: Bool
@@ -128,7 +132,7 @@ public final class Database: Sendable {
                 }
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder,
-                                                    carried: carried, keptIDs: keptIDs)
+                                                    carried: carried, keptIDs: keptIDs, trustsKept: !foundStale.isSet)
                 do {
                     let value = try work(transaction)
                     try Self.finish(transaction)
@@ -136,7 +140,10 @@ public final class Database: Sendable {
                 } catch {
                     Self.rollBack(connection)
                     // A stale kept id stopped the request before its work ran: looked up again on the next attempt.
-                    if Self.isStaleKeptID(error) { keptIDs.forget(device.key) }
+                    if Self.isStaleKeptID(error) {
+                        keptIDs.forget(device.key)
+                        foundStale.set()
+                    }
                     if let exceeded = quotas.exceeded(by: error) { throw exceeded }
                     if let limited = rates.exceeded(by: error) { throw limited }
                     // A read-only transaction commits nothing: its outcome is never unknown.
@@ -261,4 +268,11 @@ extension Database {
 private struct AttemptFailure: Error {
     let error: any Error
     let commitSent: Bool
+}
+
+/// Whether an attempt of one request found its kept device id stale (`Database.run`).
+private final class StaleFlag: Sendable {
+    private let value = Mutex(false)
+    var isSet: Bool { value.withLock { $0 } }
+    func set() { value.withLock { $0 = true } }
 }

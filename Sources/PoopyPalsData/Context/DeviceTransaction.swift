@@ -23,6 +23,8 @@ public final class DeviceTransaction {
     private(set) var isFinished = false
     /// Where ids looked up are kept, and whence a kept one came.
     private let keptIDs: KeptDeviceIDs?
+    /// Whether a kept id may be used: not on the attempt after a stale one (`Database`), which looks it up.
+    private let trustsKept: Bool
     /// The device's stored id once known: kept or looked up; `.some(nil)`: no device.
     private var resolvedID: UUID??
     /// The check of a kept id, sent before the next statement (`storedID()`).
@@ -41,13 +43,16 @@ public final class DeviceTransaction {
     /// - Parameter keptIDs: the device's stored id, when kept there, is named by `storedID()` without a lookup and
     ///   checked before the next statement (`poopypals_device_is`, sql/0030: PPD01 when stale); one looked up is
     ///   kept there.
+    /// - Parameter trustsKept: false: the id is looked up even when one is kept (and what it finds is kept).
     init(connection: Connection, device: DeviceID, settings: ContextSettings = .default, snapshot: Bool = false, readOnly: Bool = false,
-         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil, carried: Bool = false, keptIDs: KeptDeviceIDs? = nil) {
+         freshAt: ConsistencyToken? = nil, recorder: CommitRecorder? = nil, carried: Bool = false, keptIDs: KeptDeviceIDs? = nil,
+         trustsKept: Bool = true) {
         self.connection = connection
         self.device = device
         self.readOnly = snapshot || readOnly
         self.recorder = snapshot || readOnly ? nil : recorder
         self.keptIDs = keptIDs
+        self.trustsKept = trustsKept
         var prefix: [PostgresQuery] = []
         prefix.reserveCapacity((freshAt == nil ? 2 : 3) + (carried ? settings.carried.count + 1 : 0))
         prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
@@ -85,7 +90,7 @@ public final class DeviceTransaction {
     /// - Throws: as `query(_:)`.
     public func storedID() throws -> UUID? {
         if let resolvedID { return resolvedID }
-        if let kept = keptIDs?.id(for: device.key) {
+        if trustsKept, let kept = keptIDs?.id(for: device.key) {
             pendingCheck = PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [kept])
             resolvedID = .some(kept)
             return kept
