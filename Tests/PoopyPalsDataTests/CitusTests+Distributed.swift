@@ -40,7 +40,8 @@ extension CitusTests {
 
         /// The repositories' device operations, as the service runs them (each statement naming the device's stored id,
         /// sql/0030), on a distributed copy, each on one shard: with `citus.multi_task_query_log_level = error` for the
-        /// database, any statement that would run on more than one shard (a task per shard) fails, and so the test.
+        /// database, any statement that would run on more than one shard (a task per shard) fails, and so the test; with
+        /// `citus.max_intermediate_result_size = 0`, so does any statement Citus runs in steps through the coordinator.
         /// Registration of a known key, the device's row, create and its replay, list and its next page, get, update,
         /// delete, a sync push of each kind and the pull, an export, the profile and its link, the profile lookup.
         @Test func eachDeviceOperationRunsOnOneShardOfTheDistributedSchema() async throws {
@@ -57,7 +58,12 @@ extension CitusTests {
                 let setUp = DeviceRepository(database: Database(pool: pool))
                 #expect(try await setUp.register(DeviceInfo(model: "phone"), as: a).created)
                 #expect(try await setUp.register(DeviceInfo(model: "tablet"), as: b).created)
-                try await pool.withConnection { try CitusCluster.run($0, "ALTER DATABASE \(name) SET citus.multi_task_query_log_level = 'error'") }
+                // And no statement planned in steps (a CTE or sub-query whose result Citus gathers on the coordinator and
+                // sends back to the worker: a router statement no more): no intermediate result may hold a byte.
+                try await pool.withConnection {
+                    try CitusCluster.run($0, "ALTER DATABASE \(name) SET citus.multi_task_query_log_level = 'error'")
+                    try CitusCluster.run($0, "ALTER DATABASE \(name) SET citus.max_intermediate_result_size = 0")
+                }
                 await pool.close()
                 let routed = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
                                                                  maxConnections: 2))
@@ -66,7 +72,22 @@ extension CitusTests {
                     try await routed.withConnection { try $0.query("SELECT count(*) FROM poop_logs") }
                 }
                 #expect(fanned?.message.contains("multi-task query") == true)
-                try await Self.logs(Database(pool: routed), a, b)
+                // And one planned in steps: create's statement until this test found it so (an insert in a CTE, read by
+                // the outer statement: the insert ran on the worker, its row came back to the coordinator and went to the
+                // worker again for the rest, three round trips to the worker; 10 times plain PostgreSQL's time in make bench).
+                let routedDatabase = Database(pool: routed)
+                let stepped = await #expect(throws: PostgresError.self) {
+                    try await routedDatabase.asDevice(a) { tx in
+                        let stored = try tx.storedID()
+                        return try tx.finalQuery("""
+                            WITH inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type) VALUES (\(UUID()), \(stored), now(), 4)
+                                              ON CONFLICT (device_id, id) DO NOTHING RETURNING id)
+                            SELECT id FROM inserted UNION ALL SELECT id FROM poop_logs WHERE device_id = \(stored) AND NOT EXISTS (SELECT FROM inserted)
+                            """).count
+                    }
+                }
+                #expect(stepped?.message.contains("max_intermediate_result_size") == true, "\(String(describing: stepped))")
+                try await Self.logs(routedDatabase, a, b)
                 await routed.close()
             } catch {
                 await pool.close()

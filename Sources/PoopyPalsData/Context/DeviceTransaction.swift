@@ -185,7 +185,24 @@ public final class DeviceTransaction {
         try run(query, commit: true, lookUp: resolvedID == nil)
     }
 
+    /// Runs the last two statements and commits, all in one round trip (the second runs only if the first succeeded).
+    /// Two plain statements where one would need a CTE that Citus runs in steps through the coordinator (create's
+    /// insert, then its row read back). Nothing may follow them.
+    /// - Throws: as `finalQuery(_:)`, the first failing statement's error.
+    public func finalQueries(_ first: PostgresQuery, then second: PostgresQuery) throws -> (QueryResult, QueryResult) {
+        let results = try runPipeline(first, then: second, commit: true)
+        guard let next = results.second else {
+            throw PostgresClientError(.unsupported, "the second statement of a pipeline returned nothing")
+        }
+        return (results.first, next)
+    }
+
     private func run(_ query: PostgresQuery, commit: Bool, lookUp: Bool = false) throws -> QueryResult {
+        try runPipeline(query, then: nil, commit: commit, lookUp: lookUp).first
+    }
+
+    private func runPipeline(_ query: PostgresQuery, then follow: PostgresQuery?, commit: Bool,
+                     lookUp: Bool = false) throws -> (first: QueryResult, second: QueryResult?) {
         guard !isFinished else {
             throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
         }
@@ -199,6 +216,8 @@ public final class DeviceTransaction {
         batch.reserveCapacity(prefixStatements.count + 3)
         batch.append(contentsOf: prefixStatements)
         batch.append(query)
+        if let follow { batch.append(follow) }
+        let work = follow == nil ? 1 : 2
         if lookUp { batch.append(Self.lookUpID) }
         let records = commit ? recorder : nil
         if commit {
@@ -209,15 +228,15 @@ public final class DeviceTransaction {
             if records != nil { batch.append(Self.commitPosition) }
         }
         let results = try connection.pipelineResults(batch)
-        let commitIndex = commit ? prefixStatements.count + (lookUp ? 2 : 1) : nil
+        let commitIndex = commit ? prefixStatements.count + work + (lookUp ? 1 : 0) : nil
         try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
         if let records, case .success(let position)? = results.last { try? record(position, in: records) }
-        if lookUp, case .success(let answer) = results[prefixStatements.count + 1] {
+        if lookUp, case .success(let answer) = results[prefixStatements.count + work] {
             let found = try answer.first?.decode(0, as: UUID?.self) ?? nil
             resolvedID = .some(found)
             if let found { keptIDs?.keep(found, for: device.key) }
         }
-        return try results[prefixStatements.count].get()
+        return (try results[prefixStatements.count].get(), follow == nil ? nil : try results[prefixStatements.count + 1].get())
     }
 
     /// Attributes a failure to its phase: the context prefix is `begin`, a failing COMMIT is `commit`, and the

@@ -64,10 +64,15 @@ public struct PoopLogRepository: Sendable {
         let returned: (PoopLog, Bool)?
         do {
             returned = try await database.asDevice(device, idempotent: true) { tx in
-                let rows = try tx.finalQuery(PostgresQuery(
-                    unsafeSQL: Self.createStatement, binds: [id, try tx.storedID(), new.occurredAt, new.bristolType, new.notes]
-                ).withBinaryResults())
-                return try rows.first.map { (try PoopLog(row: $0), try $0.decode("created", as: Bool.self)) }
+                let stored = try tx.storedID()
+                // The insert, then the row read back, in one round trip: the read finds the row this insert made or
+                // the one a first attempt (or a concurrent upload it waited for) committed with this id.
+                let (inserted, existing) = try tx.finalQueries(
+                    PostgresQuery(unsafeSQL: Self.createStatement, binds: [id, stored, new.occurredAt, new.bristolType, new.notes])
+                        .withBinaryResults(),
+                    then: Self.getQuery(id, of: stored))
+                if let row = inserted.first { return (try PoopLog(row: row), true) }
+                return try existing.first.map { (try PoopLog(row: $0), false) }
             }
         } catch SQLState.foreignKeyViolation {
             throw RepositoryError.deviceNotRegistered
@@ -89,20 +94,16 @@ public struct PoopLogRepository: Sendable {
         return (log, created)
     }
 
-    /// `create`'s statement: inserts, or finds the row that already has this id, in one statement. Made once:
-    /// interpolated, it was 12 appends and 7 placeholders a request (7 k instructions); its values are bound as
-    /// `$1` to `$5` (id, the device's stored id, occurred at, Bristol type, notes), the two ids used twice.
+    /// `create`'s insert; `getQuery` follows it in the same round trip. Made once: interpolated, it was 12 appends and
+    /// 7 placeholders a request (7 k instructions); its values are bound as `$1` to `$5` (id, the device's stored id,
+    /// occurred at, Bristol type, notes). Until the one-shard test refused it, one statement did both, the insert in a
+    /// CTE and the existing row read in a `UNION ALL`: Citus runs such a statement in steps (the insert on the worker,
+    /// its row gathered on the coordinator and sent back for the rest), three round trips to the worker.
     static let createStatement = """
-        WITH inserted AS (
-            INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
-            VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (device_id, id) DO NOTHING
-            RETURNING \(PoopLog.columns)
-        )
-        SELECT *, true AS created FROM inserted
-        UNION ALL
-        SELECT \(PoopLog.columns), false FROM poop_logs
-        WHERE device_id = $2 AND id = $1 AND NOT EXISTS (SELECT FROM inserted)
+        INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (device_id, id) DO NOTHING
+        RETURNING \(PoopLog.columns)
         """
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
