@@ -26,6 +26,39 @@ enum CitusCluster {
         guard dropped.status == 0 else { throw SetupError("scripts/citus.sh dropdb \(name) failed: \(dropped.stderr)") }
     }
 
+    /// A database of its own (`prefix` and a random suffix) that `poopypals migrate` distributed, with a pool of the
+    /// app's owner on it: `body` gets its name, URL and the pool; the pool is closed and the database dropped after.
+    static func withMigratedDatabase<T: Sendable>(
+        _ prefix: String, maxConnections: Int = 2, _ body: @Sendable (_ name: String, _ url: String, ConnectionPool) async throws -> T
+    ) async throws -> T {
+        let name = prefix + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        let url = try await createDatabase(name)
+        let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
+                                                       maxConnections: maxConnections))
+        let value: T
+        do {
+            let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
+            try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+            value = try await body(name, url, pool)
+        } catch {
+            await pool.close()
+            try? await dropDatabase(name)
+            throw error
+        }
+        await pool.close()
+        try await dropDatabase(name)
+        return value
+    }
+
+    /// The coordinator's superuser on database `name` (over the nodes' private sockets): it bypasses row-level security.
+    static func superuser(_ name: String, url: String) throws -> ConnectionPool {
+        let port = try #require(URLComponents(string: url)?.port)
+        let sockets = try #require(sockets)
+        return ConnectionPool(configuration: .init(connection: ConnectionConfiguration(
+            connectionString: "postgresql:///\(name)?host=\(sockets)&port=\(port)&user=postgres", applicationName: "poopypals-tests"),
+            maxConnections: 1))
+    }
+
     static var sockets: String? {
         ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_SOCKETS"].flatMap { $0.isEmpty ? nil : $0 }
     }
