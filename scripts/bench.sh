@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: the throw-away PostgreSQL, release builds, then poopypals-bench (data layer vs pgbench on the same
-# SQL, scaling, HTTP with wrk, reads on the local cluster's standby). Extra arguments go to poopypals-bench (for
-# example --ten-million, --read-scale-only or --instructions-only).
+# SQL, scaling, HTTP with wrk, reads on the local cluster's standby, the scenarios on Citus beside the plain server).
+# Extra arguments go to poopypals-bench (for example --ten-million, --read-scale-only, --instructions-only or
+# --citus-only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { echo "bench: $*" >&2; }
@@ -26,7 +27,12 @@ bench_bin=$("$swift" build -c release --package-path bench --show-bin-path)
 # stopped again at the end when this script started it); skipped otherwise, with the command that installs them.
 cluster_args=()
 started_cluster=
-if command -v pg_autoctl >/dev/null || [ -x /usr/lib/postgresql/15/bin/pg_autoctl ]; then
+# The runs that use nothing of the cluster (a part of the bench alone) do not start it.
+only_part=
+case " $* " in *" --citus-only "* | *" --floor-only "* | *" --instructions-only "*) only_part=1 ;; esac
+if [ -n "$only_part" ]; then
+  :
+elif command -v pg_autoctl >/dev/null || [ -x /usr/lib/postgresql/15/bin/pg_autoctl ]; then
   scripts/cluster.sh status >/dev/null 2>&1 || started_cluster=1
   scripts/cluster.sh start >&2
   scripts/cluster.sh wait-healthy 90 >&2
@@ -39,6 +45,34 @@ if command -v pg_autoctl >/dev/null || [ -x /usr/lib/postgresql/15/bin/pg_autoct
 else
   echo "bench: read-scale runs skipped: the cluster's packages are missing (scripts/cluster.sh install)" >&2
 fi
-stop_cluster() { [ -z "$started_cluster" ] || scripts/cluster.sh stop >&2 || true; }
-trap stop_cluster EXIT
-"$bench_bin/poopypals-bench" --server-binary "$bin/poopypals" --readme bench/README.md "${cluster_args[@]}" "$@"
+
+# The Citus row (issue 45): the scenarios on a database of the local Citus cluster (scripts/citus.sh) that
+# `poopypals migrate` distributes by device, beside the plain server. Skipped, saying why, where Citus cannot be
+# built or found (scripts/citus.sh install exits 3 then).
+citus_args=()
+started_citus=
+citus_database=poopypals_bench_citus
+citus_install=0
+case " $* " in *" --floor-only "* | *" --instructions-only "* | *" --read-scale-only "*) citus_install=skip ;; esac
+[ "$citus_install" = skip ] || scripts/citus.sh install >&2 || citus_install=$?
+if [ "$citus_install" = skip ]; then
+  :
+elif [ "$citus_install" = 0 ]; then
+  # Captured first: under pipefail, `grep -q` quitting at its match fails the pipeline (status gets SIGPIPE).
+  citus_status=$(scripts/citus.sh status 2>&1 || true)
+  grep -q "coordinator: running" <<<"$citus_status" || started_citus=1
+  scripts/citus.sh start >/dev/null
+  scripts/citus.sh dropdb "$citus_database"
+  citus_args=(--citus-url "$(scripts/citus.sh createdb "$citus_database")")
+elif [ "$citus_install" = 3 ]; then
+  echo "bench: the Citus row skipped (scripts/citus.sh install said why above)" >&2
+else
+  die "scripts/citus.sh install exited $citus_install"
+fi
+finish() {
+  if [ ${#citus_args[@]} -gt 0 ]; then scripts/citus.sh dropdb "$citus_database" >&2 || true; fi
+  [ -z "$started_citus" ] || scripts/citus.sh stop >&2 || true
+  [ -z "$started_cluster" ] || scripts/cluster.sh stop >&2 || true
+}
+trap finish EXIT
+"$bench_bin/poopypals-bench" --server-binary "$bin/poopypals" --readme bench/README.md "${cluster_args[@]}" "${citus_args[@]}" "$@"

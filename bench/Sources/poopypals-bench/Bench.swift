@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 import PoopyPalsData
 import PostgresClient
 
@@ -54,6 +55,15 @@ struct Bench: AsyncParsableCommand {
     @Flag(help: "Only the database floor: each request transaction against bare copies of its tables (pgbench, PostgreSQL's CPU).")
     var floorOnly = false
 
+    @Option(help: "A database on a Citus coordinator with its workers registered (scripts/citus.sh createdb), for the Citus row (skipped when absent).")
+    var citusURL: String?
+
+    @Option(help: "Devices seeded (through the repositories) on each side of the Citus row.")
+    var citusDevices = 200
+
+    @Flag(help: "Only the Citus row (needs --citus-url).")
+    var citusOnly = false
+
     @Flag(help: "Skip the vapor/postgres-nio peer.")
     var skipPeer = false
 
@@ -83,6 +93,8 @@ struct Bench: AsyncParsableCommand {
             throw ValidationError("--read-scale-only needs --server-binary, --cluster-url and --standby-url (scripts/bench.sh passes them)")
         }
         if instructionsOnly, serverBinary == nil { throw ValidationError("--instructions-only needs --server-binary") }
+        if citusOnly, citusURL == nil { throw ValidationError("--citus-only needs --citus-url (scripts/bench.sh passes it when Citus runs)") }
+        guard (1...10_000).contains(citusDevices) else { throw ValidationError("--citus-devices must be 1…10000") }
         guard (1...120).contains(seconds) else { throw ValidationError("--seconds must be 1…120") }
         guard (1...10).contains(rounds) else { throw ValidationError("--rounds must be 1…10") }
         guard concurrency.allSatisfy({ (1...256).contains($0) }) else { throw ValidationError("--concurrency values must be 1…256") }
@@ -92,6 +104,12 @@ struct Bench: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // The data layer's warnings (retries) only: its info lines (a profile created…) would bury the results.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .warning
+            return handler
+        }
         if let servePeer {
             guard let url = databaseURL ?? ProcessInfo.processInfo.environment["DATABASE_URL"] else {
                 throw BenchError("the HTTP peer needs DATABASE_URL")
@@ -113,6 +131,16 @@ struct Bench: AsyncParsableCommand {
         let pgbench = PgBench(connectionString: try urlFor(target))
         try await prepare(server: server, target: target)
 
+        if citusOnly, let citusURL {
+            let rows = try await CitusRouting.run(server: server, citus: try citusTarget(citusURL), devices: citusDevices,
+                                                  levels: [1, 8], seconds: seconds, rounds: rounds)
+            print("\n" + CitusRouting.markdown(rows, devices: citusDevices, seconds: seconds, rounds: rounds))
+            if let readme {
+                try CitusRouting.replace(in: readme, with: rows, date: ISO8601DateFormatter().string(from: started), devices: citusDevices,
+                                         seconds: seconds, rounds: rounds)
+            }
+            return
+        }
         if floorOnly {
             let floor = try await DatabaseFloor.run(target: target, url: try urlFor(target), devices: devices, seconds: seconds, rounds: rounds)
             print("\n" + DatabaseFloor.markdown(floor))
@@ -202,6 +230,12 @@ struct Bench: AsyncParsableCommand {
                                                 seconds: seconds * 2, devices: devices)
         }
 
+        var citus: [CitusRouting.Row] = []
+        if let citusURL, !skipExtras, !readScaleOnly, !instructionsOnly {
+            citus = try await CitusRouting.run(server: server, citus: try citusTarget(citusURL), devices: citusDevices,
+                                               levels: [1, 8], seconds: seconds, rounds: rounds)
+        }
+
         // Last: it adds rows (logs, tombstones) that the runs above are not measured with.
         var floor: [DatabaseFloor.Row] = []
         if !skipExtras && !readScaleOnly && !instructionsOnly {
@@ -212,13 +246,18 @@ struct Bench: AsyncParsableCommand {
                             secondsPerRun: seconds, rounds: rounds, scenarios: rows, scaling: scaling, http: http, instructions: instructions, breakdown: breakdown, readScale: readScale,
                             keyDerivationNanoseconds: Report.measureKeyDerivation())
         report.floor = floor
+        report.citus = citus
         print("\n" + report.markdown)
+        if !citus.isEmpty { print("\n" + CitusRouting.markdown(citus, devices: citusDevices, seconds: seconds, rounds: rounds)) }
         try report.write(json: json)
         // A partial run never replaces the README's full results.
         let readme = readScaleOnly || instructionsOnly ? nil : readme
         if let readme {
             try report.replaceResults(in: readme)
             if !floor.isEmpty { try DatabaseFloor.replace(in: readme, with: floor, date: report.date) }
+            if !citus.isEmpty {
+                try CitusRouting.replace(in: readme, with: citus, date: report.date, devices: citusDevices, seconds: seconds, rounds: rounds)
+            }
         }
         print("\nWritten to \(json)\(readme.map { " and \($0)" } ?? ""). Took \(Int(Date().timeIntervalSince(started))) s.")
     }
@@ -264,6 +303,11 @@ struct Bench: AsyncParsableCommand {
         }
         await load.close()
         return ReportRow(scenario: scenario.name, concurrency: level, ours: ours, pgbench: theirs, nio: nio, roundTrips: roundTrips)
+    }
+
+    /// The Citus row's database, from `--citus-url` (a URL or key=value string, as `--database-url`).
+    private func citusTarget(_ url: String) throws -> ConnectionConfiguration {
+        ConnectionConfiguration.resolve(databaseURL: url, environment: [:])
     }
 
     /// pgbench and the server take a URI or key=value string; point it at the bench database.

@@ -75,7 +75,7 @@ enum DatabaseFloor {
                  ours: ours("SELECT \(columns) FROM poop_logs WHERE device_id = \(id("devices")) AND id = \(fixed);"),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(fixed);")),
             Pair(name: "create", rows: 1,
-                 ours: ours("WITH device AS (SELECT d.id FROM devices d WHERE d.key = \(key)), inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), (SELECT id FROM device), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns)) SELECT *, true AS created FROM inserted UNION ALL SELECT \(columns), false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);"),
+                 ours: ours("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(id("devices")), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);\nSELECT \(columns) FROM poop_logs WHERE device_id = \(id("devices")) AND id = gen_random_uuid();"),
                  floor: bare("INSERT INTO floor.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), \(id("floor.devices")), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);")),
             Pair(name: "patch", rows: 1,
                  ours: "\\set b random(1, 7)\n" + ours(patch("poop_logs", "devices")),

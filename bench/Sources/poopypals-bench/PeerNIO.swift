@@ -48,6 +48,8 @@ struct NIOPeer: Sendable {
                     FROM poopypals_register_device(\("iPhone15,2"), \("18.1"), \("1.4.0"), \("140"), false, true, \(""), 30, \(1.0 / 30))
                     """, logger: logger)
             case "create log":
+                // One statement, as a developer would write it on PostgreSQL; ours sends the insert and the read-back as
+                // two statements in one round trip (PoopLogRepository.create: Citus runs this CTE in steps).
                 let id = UUID()
                 rows = try await conn.query("""
                     WITH device AS (SELECT d.id FROM devices d WHERE d.key = \(key)), \

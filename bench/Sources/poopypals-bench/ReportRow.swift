@@ -49,6 +49,8 @@ struct Report: Encodable {
     let readScale: [ReadScaleRow]
     /// Each request transaction against its floor (`DatabaseFloor`); empty when not run.
     var floor: [DatabaseFloor.Row] = []
+    /// The scenarios on Citus beside the plain server (`CitusRouting`); empty when not run.
+    var citus: [CitusRouting.Row] = []
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
 

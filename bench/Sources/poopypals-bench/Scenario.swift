@@ -92,7 +92,8 @@ struct Scenario: Sendable {
             Scenario(
                 name: "create log",
                 pgbenchScript: pipelined(devices, """
-                    WITH device AS (SELECT d.id FROM devices d WHERE d.key = \(pgDevice)), inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), (SELECT id FROM device), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version) SELECT *, true AS created FROM inserted UNION ALL SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version, false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDeviceID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) AND id = gen_random_uuid();
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
