@@ -24,7 +24,8 @@ struct Serve: AsyncParsableCommand {
             POOPYPALS_DEVICE_WRITE_BURST (2000) and POOPYPALS_DEVICE_WRITES_PER_SECOND (20) its log writes, \
             POOPYPALS_REGISTRATION_BURST (30) and POOPYPALS_REGISTRATIONS_PER_HOUR (120) the devices one network \
             registers (X-Forwarded-For read only from POOPYPALS_TRUSTED_PROXIES). SIGTERM or SIGINT: stop \
-            accepting, give in-flight requests 6 s, cancel what still runs on the server, exit 0 within 10 s.
+            accepting, give in-flight requests POOPYPALS_SHUTDOWN_GRACE (default 6s, at most 8s), cancel what \
+            still runs on the server, exit 0 within 10 s.
             """)
 
     @OptionGroup var connection: ConnectionOptions
@@ -110,6 +111,12 @@ struct Serve: AsyncParsableCommand {
                 throw CommandFailure("POOPYPALS_TRUSTED_PROXIES must be IP addresses separated by commas (64 at most)", status: .checkFailed)
             }
             configuration.trustedProxies = proxies
+        }
+        if let text = environment["POOPYPALS_SHUTDOWN_GRACE"], !text.isEmpty {
+            do { configuration.shutdownGrace = try RequestTimeouts.parse(text, name: "POOPYPALS_SHUTDOWN_GRACE") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
+            guard configuration.shutdownGrace <= APIConfiguration.longestShutdownGrace else {
+                throw CommandFailure("POOPYPALS_SHUTDOWN_GRACE must be at most 8s (the process exits within 10 s)", status: .checkFailed)
+            }
         }
         if let text = environment["POOPYPALS_MAX_EXPORTS"], !text.isEmpty {
             guard let value = Int(text), (1...64).contains(value) else { throw CommandFailure("POOPYPALS_MAX_EXPORTS must be 1…64", status: .checkFailed) }

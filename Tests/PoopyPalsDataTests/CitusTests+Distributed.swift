@@ -17,25 +17,13 @@ extension CitusTests {
         /// insert, the erasure's locks and update, the registration token's upsert, the background erasure's key
         /// cast, and the registration of a device being erased, which crashed the coordinator (signal 11).
         @Test func aDevicesWholeLifeRunsOnTheDistributedSchema() async throws {
-            let name = "citus_l_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-            let url = try await CitusCluster.createDatabase(name)
-            let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
-                                                           maxConnections: 2))
-            do {
-                let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
-                try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+            try await CitusCluster.withMigratedDatabase("citus_l_") { _, _, pool in
                 let kinds = try await pool.withConnection { conn in
                     try conn.query("SELECT logicalrelid::text || ' ' || partmethod::text FROM pg_dist_partition ORDER BY 1").map { try $0.decode(0, as: String.self) }
                 }
                 #expect(kinds == ["device_key_map n", "devices h", "poop_log_tombstones h", "poop_logs h", "registration_buckets n", "users n"])
                 try await Self.live(Database(pool: pool))
-                await pool.close()
-            } catch {
-                await pool.close()
-                try? await CitusCluster.dropDatabase(name)
-                throw error
             }
-            try await CitusCluster.dropDatabase(name)
         }
 
         /// The repositories' device operations, as the service runs them (each statement naming the device's stored id,
@@ -45,13 +33,7 @@ extension CitusTests {
         /// Registration of a known key, the device's row, create and its replay, list and its next page, get, update,
         /// delete, a sync push of each kind and the pull, an export, the profile and its link, the profile lookup.
         @Test func eachDeviceOperationRunsOnOneShardOfTheDistributedSchema() async throws {
-            let name = "citus_r_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-            let url = try await CitusCluster.createDatabase(name)
-            let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
-                                                           maxConnections: 2))
-            do {
-                let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
-                try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+            try await CitusCluster.withMigratedDatabase("citus_r_") { name, url, pool in
                 // Registered before: a new key's registration looks over every shard for a device of that key being
                 // erased (devices.key is not the distribution column; to be kept in a reference table, docs/scaling.md).
                 let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
@@ -64,7 +46,6 @@ extension CitusTests {
                     try CitusCluster.run($0, "ALTER DATABASE \(name) SET citus.multi_task_query_log_level = 'error'")
                     try CitusCluster.run($0, "ALTER DATABASE \(name) SET citus.max_intermediate_result_size = 0")
                 }
-                await pool.close()
                 let routed = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
                                                                  maxConnections: 2))
                 // The setting holds for the service's sessions: a read over every shard is refused.
@@ -89,12 +70,7 @@ extension CitusTests {
                 #expect(stepped?.message.contains("max_intermediate_result_size") == true, "\(String(describing: stepped))")
                 try await Self.logs(routedDatabase, a, b)
                 await routed.close()
-            } catch {
-                await pool.close()
-                try? await CitusCluster.dropDatabase(name)
-                throw error
             }
-            try await CitusCluster.dropDatabase(name)
         }
 
         static func logs(_ database: Database, _ a: DeviceID, _ b: DeviceID) async throws {

@@ -13,30 +13,14 @@ extension CitusTests.Distributed {
     /// logs are created through the service's repositories for 16 devices (at most 20 s). Every log written before
     /// and every create acknowledged is there after, under its device; each device still reads its own only.
     @Test func aRebalanceWithTheServiceWritingLosesNoAcknowledgedLog() async throws {
-        let name = "citus_b_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-        let url = try await CitusCluster.createDatabase(name)
-        let pool = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
-                                                       maxConnections: 4))
-        do {
-            let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
-            try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+        try await CitusCluster.withMigratedDatabase("citus_b_", maxConnections: 4) { name, url, pool in
             // Shards are moved by a superuser: the owner's copy of a shard is filtered by the tables' forced row-level
             // security (it has no device: it copies no row), and a rebalance by the owner lost a device and its logs
             // (found by this test: 15 of 16 devices after it, the 16th's logs refused for a missing device).
-            let port = try #require(URLComponents(string: url)?.port)
-            let sockets = try #require(CitusCluster.sockets)
-            let superuser = ConnectionPool(configuration: .init(connection: ConnectionConfiguration(
-                connectionString: "postgresql:///\(name)?host=\(sockets)&port=\(port)&user=postgres", applicationName: "poopypals-tests"),
-                maxConnections: 1))
+            let superuser = try CitusCluster.superuser(name, url: url)
             defer { Task { await superuser.close() } }
             try await Self.rebalance(Database(pool: pool), pool, superuser)
-            await pool.close()
-        } catch {
-            await pool.close()
-            try? await CitusCluster.dropDatabase(name)
-            throw error
         }
-        try await CitusCluster.dropDatabase(name)
     }
 
     static func rebalance(_ database: Database, _ pool: ConnectionPool, _ superuser: ConnectionPool) async throws {

@@ -77,19 +77,10 @@ public struct PoopLogRepository: Sendable {
         } catch SQLState.foreignKeyViolation {
             throw RepositoryError.deviceNotRegistered
         }
-        // Nothing came back: a concurrent upload of the same id committed after this statement's snapshot.
-        // Look again with a fresh one, on the primary (a write's check never reads a standby, which may not have
-        // replayed that upload yet: a 409 for identical content); still nothing means the id belongs to another device.
-        let (log, created): (PoopLog, Bool)
-        if let returned {
-            (log, created) = returned
-        } else if let existing = try await database.asDevice(device, idempotent: true, { tx in
-            try tx.finalQuery(Self.getQuery(id, of: try tx.storedID())).first.map(PoopLog.init(row:))
-        }) {
-            (log, created) = (existing, false)
-        } else {
-            throw RepositoryError.logIDInUse
-        }
+        // The read-back takes its own snapshot after the insert (which waited for a concurrent upload of the id to
+        // commit), so it sees that upload: no second transaction to look again, as the one statement of before needed.
+        // Nothing: the row that held the id was deleted between the two statements.
+        guard let (log, created) = returned else { throw RepositoryError.logIDInUse }
         guard created || Self.sameContent(log, new) else { throw RepositoryError.logIDInUse }
         return (log, created)
     }

@@ -19,8 +19,10 @@ public struct APIConfiguration: Sendable {
     /// Statement and lock time limits of every request transaction.
     public var timeouts = RequestTimeouts.default
     /// After SIGTERM, in-flight requests get this long; then their statements are cancelled on the server, so
-    /// every client is answered and the process exits within 10 s.
+    /// every client is answered and the process exits within 10 s (`POOPYPALS_SHUTDOWN_GRACE`, at most
+    /// `longestShutdownGrace`: the cancelled requests need the rest to be answered before the hard stop at 9 s).
     public var shutdownGrace: Duration = .seconds(6)
+    public static let longestShutdownGrace: Duration = .seconds(8)
     public var jwtSecret: String
     /// `AUTH_JWT_ISSUER` / `AUTH_JWT_AUDIENCE`.
     public var tokenRequirements = TokenRequirements()

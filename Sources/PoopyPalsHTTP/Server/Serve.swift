@@ -22,7 +22,7 @@ public func serve(
                                                  onMetricsListening: onMetricsListening)
     // Services shut down last first: the deadline starts its clock, then the server drains.
     var group = ServiceGroupConfiguration(
-        services: [.init(service: application), .init(service: ShutdownDeadline(pools: pools, grace: configuration.shutdownGrace, logger: logger),
+        services: [.init(service: application), .init(service: ShutdownDeadline(pools: pools, grace: min(configuration.shutdownGrace, APIConfiguration.longestShutdownGrace), logger: logger),
                                                                 successTerminationBehavior: .ignore)],
         gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
     group.maximumGracefulShutdownDuration = .seconds(9)
