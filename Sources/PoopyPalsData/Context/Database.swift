@@ -21,6 +21,10 @@ public final class Database: Sendable {
     public let deviceSlots: DeviceSlots
     /// The stored id of each key served lately (`DeviceTransaction.storedID()`).
     let keptIDs = KeptDeviceIDs()
+    /// Set once a connection of either pool is found on a Citus node. From then on the read pool is not used and
+    /// no write records a position (`Consistency-Token`): a write's position is per worker there, and a
+    /// coordinator's WAL says nothing of a worker standby's (docs/scaling.md).
+    private let distributed = Flag()
 
     /// What one device may store (sql/0014), set in every device transaction.
     public let quotas: DeviceQuotas
@@ -84,10 +88,12 @@ public final class Database: Sendable {
     ) async throws -> T {
         // Read-only work goes to the read pool when there is one: there with the freshness check when the client
         // sent a token; on the primary when the standby is behind it, or cannot be reached.
-        if readOnly || snapshot, let readPool {
+        if readOnly || snapshot, let readPool, !distributed.isSet {
             do {
                 return try await run(on: readPool, device, idempotent: idempotent, snapshot: snapshot, readOnly: true,
                                      freshAt: consistency, recorder: nil, work)
+            } catch is ReadsNotOnReplicas {
+                // Counted as nothing: from now on no read tries the read pool.
             } catch let error where Self.goesToThePrimary(error) {
                 readsOnPrimary.increment()
             }
@@ -119,7 +125,11 @@ public final class Database: Sendable {
         let limits = snapshot ? RoundTripLimits(perRoundTrip: timeouts.deadline.nanoseconds) : .within(timeouts.deadline)
         // Set when an attempt found its kept id stale: the attempts after it look the id up, whatever is kept by then
         // (another request of this instance may have kept the stale id again meanwhile, from a lookup of before).
-        let foundStale = StaleFlag()
+        let foundStale = Flag()
+        let distributed = distributed
+        let onReadPool = pool === readPool
+        let hasReadPool = readPool != nil
+        let logger = logger
         return try await withRetries(idempotent: idempotent, limits: limits) {
             try await pool.withConnection(limits: limits) { connection in
                 let carried: Bool
@@ -130,8 +140,20 @@ public final class Database: Sendable {
                     // transaction's first round trip (its own error, not a server's verdict on the context).
                     throw AttemptFailure(error: error, commitSent: false)
                 }
+                if carried && !distributed.isSet {
+                    distributed.set()
+                    if hasReadPool {
+                        logger.warning("""
+                            the database is a Citus coordinator: POOPYPALS_READ_DATABASE_URL is not used, and writes carry no \
+                            Consistency-Token (a write's position is per worker; docs/scaling.md)
+                            """)
+                    }
+                }
+                // Nothing was sent: the read runs on the primary (`onAPool`).
+                if carried && onReadPool { throw AttemptFailure(error: ReadsNotOnReplicas(), commitSent: false) }
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
-                                                    snapshot: snapshot, readOnly: readOnly, freshAt: freshAt, recorder: recorder,
+                                                    snapshot: snapshot, readOnly: readOnly, freshAt: freshAt,
+                                                    recorder: carried ? nil : recorder,
                                                     carried: carried, keptIDs: keptIDs, trustsKept: !foundStale.isSet)
                 do {
                     let value = try work(transaction)
@@ -270,8 +292,12 @@ private struct AttemptFailure: Error {
     let commitSent: Bool
 }
 
-/// Whether an attempt of one request found its kept device id stale (`Database.run`).
-private final class StaleFlag: Sendable {
+/// A read-pool connection on a Citus node: the read goes to the primary (`Database.distributed`).
+private struct ReadsNotOnReplicas: Error {}
+
+/// Set once, read often: whether an attempt of one request found its kept device id stale (`Database.run`), whether
+/// the database is distributed.
+private final class Flag: Sendable {
     private let value = Mutex(false)
     var isSet: Bool { value.withLock { $0 } }
     func set() { value.withLock { $0 = true } }
