@@ -60,7 +60,7 @@ import TestSupport
         let output = try await TestProject.run(["serve", "--port", "0", "--metrics-port", "0",
                                                 "--database-url", "postgresql://nobody:Sup3rSecretPw@127.0.0.1:1/none?connect_timeout=2"],
                                                environment: ["AUTH_JWT_SECRET": String(repeating: "s", count: 40)],
-                                               timeout: .seconds(8), stopAtTimeout: true)  // a loaded machine's start can take seconds
+                                               timeout: .seconds(15), stopAtTimeout: true)  // a loaded machine's start can take seconds (8 s once was near)
         #expect(output.stdout.contains("listening on"))  // liveness still answers meanwhile
         let warnings = output.stderr.split(separator: "\n").filter { $0.contains("database not reachable; retrying") }
         #expect(warnings.count >= 2, "\(output.stderr)")
@@ -74,7 +74,7 @@ import TestSupport
         url.password = "Wr0ngPassw0rd"
         let output = try await TestProject.run(["serve", "--port", "0", "--metrics-port", "0", "--database-url", try #require(url.string)],
                                                environment: ["AUTH_JWT_SECRET": String(repeating: "s", count: 40)],
-                                               timeout: .seconds(8), stopAtTimeout: true)  // a loaded machine's start can take seconds
+                                               timeout: .seconds(15), stopAtTimeout: true)  // a loaded machine's start can take seconds (8 s once was near)
         let warning = output.stderr.split(separator: "\n").first { $0.contains("database not reachable; retrying") }
         #expect(warning?.contains("password authentication failed") == true, "\(output.stderr)")
         #expect(!output.stderr.contains("Wr0ngPassw0rd"))

@@ -51,7 +51,9 @@ struct DeviceAndLogRepositoryTests {
     @Test func concurrentDuplicateCreatesAreSettledOnThePrimaryWhateverTheReadPoolSays() async throws {
         try await TestDatabase.withMigrated { primary in
             try await TestDatabase.withMigrated { standby in
+                // Forty creates of one id queue on the device's row: the race's outcome is under test, not the lock wait.
                 let database = Database(pool: primary.pool(size: 8), readPool: standby.pool(size: 4),
+                                        timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25)),
                                         deviceSlots: DeviceSlots(perDevice: 8, wait: .seconds(60)))
                 let logs = PoopLogRepository(database: database)
                 let device = try DeviceID(UUID())
@@ -75,7 +77,9 @@ struct DeviceAndLogRepositoryTests {
         try await TestDatabase.withMigrated { db in
             // All eight connections for the one device: the race is the database's to settle here (the service
             // lets two of a device's requests at a time reach it: DeviceSlots).
-            let database = Database(pool: db.pool(size: 8), deviceSlots: DeviceSlots(perDevice: 8, wait: .seconds(60)))
+            // A hundred creates queue on the device's row: not the 2 s lock wait under test.
+            let database = Database(pool: db.pool(size: 8), timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25)),
+                                    deviceSlots: DeviceSlots(perDevice: 8, wait: .seconds(60)))
             let logs = PoopLogRepository(database: database)
             let device = try DeviceID(UUID())
             _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)

@@ -99,7 +99,8 @@ struct DeviceKeyMapTests {
             // Four instances of the service (a device holds two connections of each at most: DeviceSlots). Not more:
             // the whole suite runs at once; in the CI run where this test first held twenty, PostgreSQL 18 refused
             // connections ("too many clients", of 600).
-            let instances = (0..<4).map { _ in Database(pool: db.pool(size: 2)) }
+            // The eight queue on one bucket row and one key: the race's outcome is under test, not the 2 s lock wait.
+            let instances = (0..<4).map { _ in Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25))) }
             let device = try DeviceID(UUID())
             let network = RateLimits.networkKey("192.0.2.7")
             let created = try await withThrowingTaskGroup(of: Bool.self) { group in

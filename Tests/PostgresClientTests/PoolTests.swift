@@ -151,30 +151,45 @@ struct PoolTests {
             #expect(secondWaited >= timeout, "failed before its own timeout: \(secondWaited)")
             #expect(firstWaited < .seconds(15) && secondWaited < .seconds(15))
 
-            // A waiter served before its deadline: it succeeds, and nothing fails it when its deadline passes.
-            let served = Task { try await pool.withConnection { try $0.query("SELECT 2")[0].decode(0, as: Int.self) } }
-            try await Task.sleep(for: .milliseconds(100))
             release.withLock { $0 = true }
             try await holder.value
-            #expect(try await served.value == 2)
-            try await Task.sleep(for: timeout * 2)
-            #expect(try await pool.withConnection { try $0.query("SELECT 3")[0].decode(0, as: Int.self) } == 3)
-            #expect(pool.statistics.waiting == 0)
             await pool.close()
+
+            // A waiter served before its deadline: it succeeds, and nothing fails it when its deadline passes. On a
+            // pool of its own with 3 s to wait, released as soon as the waiter waits: a sleep of 100 ms before the
+            // release could end seconds late on a loaded machine, past a 1 s deadline.
+            let patient = db.pool(size: 1, acquireTimeout: .seconds(3))
+            let letGo = Locked(false)
+            let holding = try await Self.holdTheOnlyConnection(of: patient, until: letGo)
+            let served = Task { try await patient.withConnection { try $0.query("SELECT 2")[0].decode(0, as: Int.self) } }
+            let seen = ContinuousClock.now + .seconds(30)
+            while patient.statistics.waiting == 0, ContinuousClock.now < seen { try await Task.sleep(for: .milliseconds(5)) }
+            letGo.withLock { $0 = true }
+            try await holding.value
+            #expect(try await served.value == 2)
+            try await Task.sleep(for: .seconds(6))
+            #expect(try await patient.withConnection { try $0.query("SELECT 3")[0].decode(0, as: Int.self) } == 3)
+            #expect(patient.statistics.waiting == 0)
+            await patient.close()
         }
     }
 
     @Test func waitersAreServedInArrivalOrder() async throws {
         try await TestDatabase.with { db in
-            let pool = db.pool(size: 1)
+            let pool = db.pool(size: 1, acquireTimeout: .seconds(60))
             let order = Locked<[Int]>([])
+            let release = Locked(false)
+            let holder = try await Self.holdTheOnlyConnection(of: pool, until: release)
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { _ = try await pool.withConnection { conn in try conn.query("SELECT pg_sleep(0.3)") } }
-                try await Task.sleep(for: .milliseconds(100))
+                // Each waiter is seen waiting before the next is added: two tasks started 30 ms apart could reach
+                // the pool in either order on a loaded machine.
                 for i in 0..<5 {
                     group.addTask { try await pool.withConnection { _ in order.withLock { $0.append(i) } } }
-                    try await Task.sleep(for: .milliseconds(30))
+                    let seen = ContinuousClock.now + .seconds(30)
+                    while pool.statistics.waiting < i + 1, ContinuousClock.now < seen { try await Task.sleep(for: .milliseconds(5)) }
                 }
+                release.withLock { $0 = true }
+                try await holder.value
                 try await group.waitForAll()
             }
             #expect(order.withLock { $0 } == [0, 1, 2, 3, 4])

@@ -10,9 +10,10 @@ extension Database {
     /// server restarted) asks once more, on a fresh connection, within the same deadline: the old session's end
     /// says nothing about the node.
     /// - Throws: `DatabaseFailure` (`.unavailable(.readOnly)` for a node that takes no writes), never a driver error.
-    public func checkReadiness(on probe: ConnectionPool? = nil) async throws(DatabaseFailure) {
+    /// - Parameter deadline: the probe's 3 s by default (tests on a loaded machine give more).
+    public func checkReadiness(on probe: ConnectionPool? = nil, within deadline: Duration = .seconds(3)) async throws(DatabaseFailure) {
         let pool = probe ?? self.pool
-        let limits = RoundTripLimits.within(.seconds(3))
+        let limits = RoundTripLimits.within(deadline)
         var writable = false
         for attempt in 1...2 {
             do {
