@@ -90,8 +90,8 @@ public final class Database: Sendable {
         // sent a token; on the primary when the standby is behind it, or cannot be reached.
         if readOnly || snapshot, let readPool, !distributed.isSet {
             do {
-                return try await run(on: readPool, device, idempotent: idempotent, snapshot: snapshot, readOnly: true,
-                                     freshAt: consistency, recorder: nil, work)
+                return try await run(on: readPool, viaReadPool: true, device, idempotent: idempotent, snapshot: snapshot,
+                                     readOnly: true, freshAt: consistency, recorder: nil, work)
             } catch is ReadsNotOnReplicas {
                 // Counted as nothing: from now on no read tries the read pool.
             } catch let error where Self.goesToThePrimary(error) {
@@ -112,7 +112,7 @@ public final class Database: Sendable {
     }
 
     private func run<T: Sendable>(
-        on pool: ConnectionPool, _ device: DeviceID, idempotent: Bool, snapshot: Bool, readOnly: Bool,
+        on pool: ConnectionPool, viaReadPool: Bool = false, _ device: DeviceID, idempotent: Bool, snapshot: Bool, readOnly: Bool,
         freshAt: ConsistencyToken?, recorder: CommitRecorder?, _ work: @escaping @Sendable (DeviceTransaction) throws -> T
     ) async throws -> T {
         let timeouts = timeouts
@@ -127,7 +127,6 @@ public final class Database: Sendable {
         // (another request of this instance may have kept the stale id again meanwhile, from a lookup of before).
         let foundStale = Flag()
         let distributed = distributed
-        let onReadPool = pool === readPool
         let hasReadPool = readPool != nil
         let logger = logger
         return try await withRetries(idempotent: idempotent, limits: limits) {
@@ -150,7 +149,7 @@ public final class Database: Sendable {
                     }
                 }
                 // Nothing was sent: the read runs on the primary (`onAPool`).
-                if carried && onReadPool { throw AttemptFailure(error: ReadsNotOnReplicas(), commitSent: false) }
+                if carried && viaReadPool { throw AttemptFailure(error: ReadsNotOnReplicas(), commitSent: false) }
                 let transaction = DeviceTransaction(connection: connection, device: device, settings: settings,
                                                     snapshot: snapshot, readOnly: readOnly, freshAt: freshAt,
                                                     recorder: carried ? nil : recorder,
