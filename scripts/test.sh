@@ -187,11 +187,12 @@ fi
 echo
 if [ ${#failed[@]} -gt 0 ]; then
   # Swift Testing marks each issue of a failed test with ✘ … recorded an issue, followed by its ↳ lines (what was
-  # expected, the comment). Only those, compact: CI shows the end of the run, and the lines of passing tests that
-  # ran beside a failure once pushed another failure's issue off that screen (CI of stop 49).
+  # expected, the comment) and the comment's further lines, indented (a server's log). Only those, compact: CI shows
+  # the end of the run, and the lines of passing tests that ran beside a failure once pushed another failure's issue
+  # off that screen (CI of stop 49).
   for log in "${failed_logs[@]}"; do
     [ -e "$log" ] || continue
-    issues=$(awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^[[:space:]]*↳/ { print; next } { more = 0 }' "$log")
+    issues=$(awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^([[:space:]]*↳|  )/ { print; next } { more = 0 }' "$log")
     # A stage that failed with no test issue recorded (a script's error, a crash, no test run): its last lines.
     [ -n "$issues" ] || issues=$(grep -v '^[[:space:]]*$' "$log" | tail -8)
     printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
