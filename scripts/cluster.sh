@@ -798,10 +798,6 @@ verify_repository() {
   say "check (a WAL switch reached the repository) and verify (every file of every backup and WAL reads back) passed"
 }
 
-# Rebuild the formation from the repository: stop everything, restore node1's data folder to the target, let it
-# replay and promote alone, then make the formation around it as `start` does (a new monitor, node1 registered as
-# it is, node2 and node3 fresh copies of it), with the same ports and logins. The repository, its config, the
-# ports and the password are kept; everything else is made again.
 # What the restored node1 said: pg_ctl's file holds only the logging collector's hand-over, so also the end of the
 # server's own newest log (its FATAL line says why recovery stopped).
 restore_log_tail() {
@@ -811,6 +807,10 @@ restore_log_tail() {
   [ -z "$newest" ] || { echo "cluster: the end of node1's log/$newest:" >&2; tail -25 "$STATE/node1/log/$newest" >&2 || true; }
 }
 
+# Rebuild the formation from the repository: stop everything, restore node1's data folder to the target, let it
+# replay and promote alone, then make the formation around it as `start` does (a new monitor, node1 registered as
+# it is, node2 and node3 fresh copies of it), with the same ports and logins. The repository, its config, the
+# ports and the password are kept; everything else is made again.
 restore_cluster() {
   [ -f "$BACKREST/pgbackrest.conf" ] || die "no backup repository in $BACKREST"
   local target=() what

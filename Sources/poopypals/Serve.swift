@@ -115,7 +115,7 @@ struct Serve: AsyncParsableCommand {
         if let text = environment["POOPYPALS_SHUTDOWN_GRACE"], !text.isEmpty {
             do { configuration.shutdownGrace = try RequestTimeouts.parse(text, name: "POOPYPALS_SHUTDOWN_GRACE") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
             guard configuration.shutdownGrace <= APIConfiguration.longestShutdownGrace else {
-                throw CommandFailure("POOPYPALS_SHUTDOWN_GRACE must be at most 8s (the process exits within 10 s)", status: .checkFailed)
+                throw CommandFailure("POOPYPALS_SHUTDOWN_GRACE must be at most \(APIConfiguration.longestShutdownGrace.components.seconds)s (the process exits within 10 s)", status: .checkFailed)
             }
         }
         if let text = environment["POOPYPALS_MAX_EXPORTS"], !text.isEmpty {

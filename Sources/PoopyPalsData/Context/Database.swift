@@ -139,8 +139,8 @@ public final class Database: Sendable {
                     // transaction's first round trip (its own error, not a server's verdict on the context).
                     throw AttemptFailure(error: error, commitSent: false)
                 }
-                if carried && !distributed.isSet {
-                    distributed.set()
+                // Said once: only the first connection to set the flag warns (two found at once no longer both did).
+                if carried && !distributed.isSet && distributed.set() {
                     if hasReadPool {
                         logger.warning("""
                             the database is a Citus coordinator: POOPYPALS_READ_DATABASE_URL is not used, and writes carry no \
@@ -299,5 +299,7 @@ private struct ReadsNotOnReplicas: Error {}
 private final class Flag: Sendable {
     private let value = Mutex(false)
     var isSet: Bool { value.withLock { $0 } }
-    func set() { value.withLock { $0 = true } }
+    /// Sets the flag; true for the one call that found it unset.
+    @discardableResult
+    func set() -> Bool { value.withLock { was in defer { was = true }; return !was } }
 }
