@@ -29,7 +29,7 @@ enum CitusCluster {
     /// A database of its own (`prefix` and a random suffix) that `poopypals migrate` distributed, with a pool of the
     /// app's owner on it: `body` gets its name, URL and the pool; the pool is closed and the database dropped after.
     static func withMigratedDatabase<T: Sendable>(
-        _ prefix: String, maxConnections: Int = 2, _ body: @Sendable (_ name: String, _ url: String, ConnectionPool) async throws -> T
+        _ prefix: String, maxConnections: Int = 2, upTo target: Int? = nil, _ body: @Sendable (_ name: String, _ url: String, ConnectionPool) async throws -> T
     ) async throws -> T {
         let name = prefix + String(UInt32.random(in: 0...UInt32.max), radix: 16)
         let url = try await createDatabase(name)
@@ -37,7 +37,8 @@ enum CitusCluster {
                                                        maxConnections: maxConnections))
         let value: T
         do {
-            let migrated = try await TestProject.run(["migrate", "--database-url", url], timeout: .seconds(120))
+            let migrated = try await TestProject.run(["migrate", "up", "--database-url", url] + (target.map { ["--target", "\($0)"] } ?? []),
+                                                     timeout: .seconds(120))
             try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
             value = try await body(name, url, pool)
         } catch {

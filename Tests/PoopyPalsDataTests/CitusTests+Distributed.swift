@@ -21,8 +21,36 @@ extension CitusTests {
                 let kinds = try await pool.withConnection { conn in
                     try conn.query("SELECT logicalrelid::text || ' ' || partmethod::text FROM pg_dist_partition ORDER BY 1").map { try $0.decode(0, as: String.self) }
                 }
-                #expect(kinds == ["device_key_map n", "devices h", "poop_log_tombstones h", "poop_logs h", "registration_buckets n", "users n"])
+                #expect(kinds == ["device_key_map n", "devices h", "erasing_device_keys n", "poop_log_tombstones h", "poop_logs h", "registration_buckets n", "users n"])
                 try await Self.live(Database(pool: pool))
+            }
+        }
+
+        /// sql/0033 on a database distributed before it, with an erasure under way: the migration fills the erasing
+        /// keys from the devices being erased, and the erasure goes on (registration "being erased", continued by its
+        /// key, finished in the background, the key free again).
+        @Test func theErasingKeysMigrationKeepsAnErasureUnderWay() async throws {
+            try await CitusCluster.withMigratedDatabase("citus_e_", upTo: 32) { _, url, pool in
+                let database = Database(pool: pool)
+                let devices = DeviceRepository(database: database)
+                let (erasing, live) = (try DeviceID(UUID()), try DeviceID(UUID()))
+                for device in [erasing, live] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
+                for _ in 0..<3 { _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: erasing) }
+                #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 2)
+                await database.pool.close()
+
+                let migrated = try await TestProject.run(["migrate", "up", "--database-url", url], timeout: .seconds(120))
+                try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+                let after = Database(pool: ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
+                                                                              maxConnections: 2)))
+                let again = DeviceRepository(database: after)
+                await #expect(throws: RepositoryError.deviceBeingErased) { _ = try await again.register(DeviceInfo(model: "again"), as: erasing) }
+                #expect(try await again.erase(as: erasing, batch: 1)?.logsRemaining == 1)
+                _ = try await PendingErasures(database: after).run(maxBatches: 10, until: .now + .seconds(30))
+                #expect(try await again.erase(as: erasing) == nil)
+                #expect(try await again.register(DeviceInfo(model: "new"), as: erasing).created)
+                #expect(try await again.register(DeviceInfo(model: "phone 2"), as: live).created == false)
+                await after.pool.close()
             }
         }
 
@@ -31,11 +59,12 @@ extension CitusTests {
         /// database, any statement that would run on more than one shard (a task per shard) fails, and so the test; with
         /// `citus.max_intermediate_result_size = 0`, so does any statement Citus runs in steps through the coordinator.
         /// Registration of a known key, the device's row, create and its replay, list and its next page, get, update,
-        /// delete, a sync push of each kind and the pull, an export, the profile and its link, the profile lookup.
+        /// delete, a sync push of each kind and the pull, an export, the profile and its link, the profile lookup; a
+        /// new key's registration, rotation and erasure (`keys`).
         @Test func eachDeviceOperationRunsOnOneShardOfTheDistributedSchema() async throws {
             try await CitusCluster.withMigratedDatabase("citus_r_") { name, url, pool in
-                // Registered before: a new key's registration looks over every shard for a device of that key being
-                // erased (devices.key is not the distribution column; to be kept in a reference table, docs/scaling.md).
+                // Registered before the limits below are set; a new key's registration is on one shard too (since
+                // sql/0033, the erasing keys a reference table: `keys` registers one under them, and it failed before).
                 let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
                 let setUp = DeviceRepository(database: Database(pool: pool))
                 #expect(try await setUp.register(DeviceInfo(model: "phone"), as: a).created)
@@ -69,6 +98,7 @@ extension CitusTests {
                 }
                 #expect(stepped?.message.contains("max_intermediate_result_size") == true, "\(String(describing: stepped))")
                 try await Self.logs(routedDatabase, a, b)
+                try await Self.keys(routedDatabase, linked: a)
                 await routed.close()
             }
         }
@@ -119,6 +149,37 @@ extension CitusTests {
             #expect(try await UserRepository(database: database).find(id: subject, as: a)?.email == "logs@example.com")
             #expect(try await logs.delete(id, as: a))
             #expect(try await logs.delete(id, as: a) == false)
+        }
+
+        /// A key's life on one shard (sql/0033: the keys of devices being erased are a reference table): a new key's
+        /// registration, its rotation, its erasure begun, a registration of the erased key ("being erased"), the
+        /// erasure continued by the key, and the erasure of `linked`, a device linked to its profile (the profile
+        /// goes with its last device).
+        static func keys(_ database: Database, linked: DeviceID) async throws {
+            let devices = DeviceRepository(database: database)
+            let (new, rotated) = (try DeviceID(UUID()), try DeviceID(UUID()))
+            #expect(try await devices.register(DeviceInfo(model: "new"), as: new).created)
+            _ = try await database.asDevice(new) { tx in
+                let stored = try tx.storedID()
+                return try tx.finalQuery("""
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
+                    VALUES (\(UUID()), \(stored), date_trunc('second', now()), 4), (\(UUID()), \(stored), date_trunc('second', now()), 5),
+                           (\(UUID()), \(stored), date_trunc('second', now()), 6)
+                    """).rowsAffected
+            }
+            #expect(try await devices.rotate(as: new, to: rotated).info.model == "new")
+            #expect(try await devices.erase(as: rotated, batch: 1) == DeviceRepository.Erasure(logs: 1, profileErased: false, logsRemaining: 2))
+            await #expect(throws: RepositoryError.deviceBeingErased) {
+                _ = try await devices.register(DeviceInfo(model: "again"), as: rotated)
+            }
+            await #expect(throws: RepositoryError.deviceIDInUse) {
+                _ = try await devices.rotate(as: linked, to: rotated)
+            }
+            #expect(try await devices.erase(as: rotated, batch: 10) == DeviceRepository.Erasure(logs: 2, profileErased: false, logsRemaining: 0))
+            #expect(try await devices.erase(as: rotated, batch: 10) == nil)
+            #expect(try await devices.register(DeviceInfo(model: "after"), as: rotated).created)
+            let subject = try #require(try await devices.current(as: linked)?.userID)
+            #expect(try await devices.erase(as: linked, subject: subject, batch: 100)?.profileErased == true)
         }
 
         static func live(_ database: Database) async throws {

@@ -292,12 +292,13 @@ extension CitusTests {
                 #expect(onWorkers == ["2", "2"], "\(onWorkers)")
                 // The migrator's session is back to Citus's default.
                 #expect(try conn.query("SHOW citus.enable_ddl_propagation")[0].decode(0, as: String.self) == "on")
-                // sql/0031: the device's tables hashed by its id, in one co-location group; the rest reference tables.
+                // sql/0031: the device's tables hashed by its id, in one co-location group; the rest reference tables
+                // (sql/0033's erasing keys too).
                 let kinds = try conn.query("""
                     SELECT logicalrelid::text || ' ' || partmethod::text || ' ' || coalesce(column_to_column_name(logicalrelid, partkey), '-')
                     FROM pg_dist_partition ORDER BY 1
                     """).map { try $0.decode(0, as: String.self) }
-                #expect(kinds == ["device_key_map n -", "devices h id", "poop_log_tombstones h device_id", "poop_logs h device_id",
+                #expect(kinds == ["device_key_map n -", "devices h id", "erasing_device_keys n -", "poop_log_tombstones h device_id", "poop_logs h device_id",
                                   "registration_buckets n -", "users n -"], "\(kinds)")
                 let groups = try conn.query("""
                     SELECT count(DISTINCT colocationid) FROM pg_dist_partition WHERE partmethod = 'h'

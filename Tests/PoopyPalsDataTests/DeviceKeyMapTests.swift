@@ -16,6 +16,13 @@ struct DeviceKeyMapTests {
     static func liveDevices(_ db: TestDatabase) async throws -> [String] {
         try await Superuser.column("SELECT d.key || ' ' || d.id FROM devices d WHERE d.erasing_since IS NULL ORDER BY 1", in: db.name)
     }
+    /// sql/0033: "key id" of every row of the erasing keys, and of every device being erased.
+    static func erasingKeys(_ db: TestDatabase) async throws -> [String] {
+        try await Superuser.column("SELECT e.key || ' ' || e.id FROM erasing_device_keys e ORDER BY 1", in: db.name)
+    }
+    static func erasingDevices(_ db: TestDatabase) async throws -> [String] {
+        try await Superuser.column("SELECT d.key || ' ' || d.id FROM devices d WHERE d.erasing_since IS NOT NULL ORDER BY 1", in: db.name)
+    }
 
     @Test func theMapFollowsRegistrationRotationAndErasure() async throws {
         try await TestDatabase.withMigrated { db in
@@ -45,9 +52,71 @@ struct DeviceKeyMapTests {
             #expect(try await Superuser.column("SELECT count(*)::text FROM devices WHERE erasing_since IS NOT NULL", in: db.name) == ["1"])
             #expect(try await Self.map(db) == Self.liveDevices(db))
             #expect(try await Self.map(db).count == 1)
+            // sql/0033: its key is in the erasing keys until its last batch, and that is what refuses a registration
+            // of it and a rotation to it meanwhile.
+            #expect(try await Self.erasingKeys(db).count == 1)
+            #expect(try await Self.erasingKeys(db) == Self.erasingDevices(db))
+            await #expect(throws: RepositoryError.deviceBeingErased) { _ = try await devices.register(DeviceInfo(model: "again"), as: b) }
+            await #expect(throws: RepositoryError.deviceIDInUse) { _ = try await devices.rotate(as: rotated, to: b) }
+            #expect(try await devices.erase(as: b, batch: 1)?.logsRemaining == 1)  // continued by its key
             _ = try await PendingErasures(database: database).run(maxBatches: 100, until: .now + .seconds(60))
             #expect(try await Superuser.column("SELECT count(*)::text FROM devices", in: db.name) == ["1"])
             #expect(try await Self.map(db) == Self.liveDevices(db))
+            #expect(try await Self.erasingKeys(db).isEmpty)
+            #expect(try await devices.register(DeviceInfo(model: "new"), as: b).created)
+            await database.pool.close()
+        }
+    }
+
+    /// sql/0033 on a database with an erasure under way: the migration fills the erasing keys from the devices being
+    /// erased (as the profile role: devices' row-level security is forced, and its owner sees no device), and the
+    /// erasure goes on.
+    @Test func theErasingKeysMigrationKeepsAnErasureUnderWay() async throws {
+        try await TestDatabase.with { db in
+            let url = ["--database-url", db.url, "--migrations-dir", TestProject.migrationsDirectory.path]
+            let before = try await TestProject.run(["migrate", "--target", "32"] + url)
+            try #require(before.status == 0, "\(before.stderr)")
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let erasing = try DeviceID(UUID())
+            _ = try await devices.register(DeviceInfo(model: "phone"), as: erasing)
+            for _ in 0..<3 { _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: erasing) }
+            #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 2)
+            let after = try await TestProject.run(["migrate"] + url)
+            try #require(after.status == 0, "\(after.stderr)")
+            #expect(try await Self.erasingKeys(db) == Self.erasingDevices(db))
+            #expect(try await Self.erasingKeys(db).count == 1)
+            await #expect(throws: RepositoryError.deviceBeingErased) { _ = try await devices.register(DeviceInfo(model: "again"), as: erasing) }
+            #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 1)
+            _ = try await PendingErasures(database: database).run(maxBatches: 10, until: .now + .seconds(30))
+            #expect(try await Self.erasingKeys(db).isEmpty)
+            #expect(try await devices.register(DeviceInfo(model: "new"), as: erasing).created)
+            await database.pool.close()
+        }
+    }
+
+    /// sql/0033: an erasure with the profile's subject deletes the profile only with its last linked device, which it
+    /// now asks the map (`user_id`, kept with the device's by sql/0028), not every device: a device being erased, and
+    /// a device linked to another profile, do not keep it.
+    @Test func aProfileGoesWithItsLastLinkedDeviceOnly() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let devices = DeviceRepository(database: database)
+            let users = UserRepository(database: database)
+            let (a, b, c, d) = (try DeviceID(UUID()), try DeviceID(UUID()), try DeviceID(UUID()), try DeviceID(UUID()))
+            let (subject, otherSubject) = (UUID(), UUID())
+            for device in [a, b, c, d] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
+            for device in [a, b, c] { _ = try await users.ensureProfileAndLink(as: device, id: subject, email: "last@example.com") }
+            _ = try await users.ensureProfileAndLink(as: d, id: otherSubject, email: "other@example.com")
+            // c's erasure stays under way (a log left), and unlinks it at its start.
+            for _ in 0..<2 { _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: c) }
+            #expect(try await devices.erase(as: c, subject: subject, batch: 1)?.profileErased == false)
+            #expect(try await devices.erase(as: a, subject: subject)?.profileErased == false)
+            #expect(try await users.find(id: subject, as: b)?.email == "last@example.com")
+            // b is the last live device linked to it; c, still being erased, and d (another profile) do not keep it.
+            #expect(try await devices.erase(as: b, subject: subject)?.profileErased == true)
+            #expect(try await Superuser.column("SELECT count(*)::text FROM users", in: db.name) == ["1"])
+            #expect(try await users.find(id: otherSubject, as: d)?.email == "other@example.com")
             await database.pool.close()
         }
     }
