@@ -1,6 +1,6 @@
--- Issue 45: the keys of devices being erased, in a table of their own (a reference table on Citus), so that a new
--- key's registration, a rotation's "is the new key in use" and an erasure continued by its key each read one row
--- of it, and not every shard's devices.
+-- Issue 45: the devices being erased, by key and by id, in a table of their own (a reference table on Citus), so
+-- that a new key's registration, a rotation's "is the new key in use", an erasure continued by its key and the
+-- background erasure's choice of the next device each read it, and not every shard's devices.
 --
 -- Why: since 0026 a key's live device is found by the key map, and a device being erased has no row there (its
 -- erasure deletes it, so that no request finds the device any more). What still had to be told by its key was read
@@ -9,10 +9,12 @@
 -- registered its devices before it started counting), as did rotation's check of the new key and the erasure of a
 -- device continued by a later call. And on Citus devices.key has no unique key (0031): an erasure that began
 -- between registration's check and its insert of the map's row left the key with a second, new device while its
--- first was being erased.
+-- first was being erased. And the background erasure found the oldest erasures by devices.erasing_since, over
+-- every shard, for each batch.
 --
--- - erasing_device_keys (key → id): a row from the start of a device's erasure until its row is deleted (the last
---   batch). Kept by the profile role's functions only; the service role has no grant. Filled here from the devices
+-- - erasing_device_keys (id, key, since): a row from the start of a device's erasure until its row is deleted (the
+--   last batch). Keyed by the device's id, not its key: should a key ever have two devices being erased (on Citus,
+--   by the race below before this migration), each is listed, and the background erasure finishes both. Kept by the profile role's functions only; the service role has no grant. Filled here from the devices
 --   being erased now (devices is locked against writes until this transaction commits; its rows read as the
 --   profile role, for the owner sees none under forced row-level security).
 -- - poopypals_register_device: "being erased" by that row (before, and again after, it takes the map's row: the
@@ -21,15 +23,19 @@
 -- - poopypals_erase_device: a device being erased is found by this table; its start writes the row; the profile's
 --   other devices are the map's rows linked to it (0028 keeps the map's user_id), not every shard's devices.
 -- - poopypals_erase_batch: deletes the row with the device.
+-- - poopypals_erase_pending: the oldest erasures and their count from this table.
 -- On one PostgreSQL what a request sees does not change: the same outcomes, errors and SQLSTATEs.
 
 LOCK TABLE devices IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE TABLE erasing_device_keys (
-    key uuid PRIMARY KEY,
-    id uuid NOT NULL
+    id uuid PRIMARY KEY,
+    key uuid NOT NULL,
+    since timestamptz NOT NULL
 );
-COMMENT ON TABLE erasing_device_keys IS 'The key of each device being erased, until its row is deleted (sql/0033).';
+CREATE INDEX erasing_device_keys_key ON erasing_device_keys (key);
+CREATE INDEX erasing_device_keys_since ON erasing_device_keys (since);
+COMMENT ON TABLE erasing_device_keys IS 'Each device being erased (its id, key and erasing_since), until its row is deleted (sql/0033).';
 ALTER TABLE erasing_device_keys ENABLE ROW LEVEL SECURITY;  -- forced once filled (below)
 
 DO $$
@@ -61,15 +67,17 @@ DECLARE
     r record;
     keys uuid[] := '{}';
     ids uuid[] := '{}';
+    times timestamptz[] := '{}';
 BEGIN
     PERFORM set_config('role', poopypals_profiles_role(), true);
-    FOR r IN SELECT d.key, d.id FROM public.devices d WHERE d.erasing_since IS NOT NULL ORDER BY d.erasing_since LOOP
+    FOR r IN SELECT d.key, d.id, d.erasing_since FROM public.devices d WHERE d.erasing_since IS NOT NULL LOOP
         keys := keys || r.key;
         ids := ids || r.id;
+        times := times || r.erasing_since;
     END LOOP;
     PERFORM set_config('role', 'none', true);
-    FOR i IN 1..coalesce(array_length(keys, 1), 0) LOOP
-        INSERT INTO public.erasing_device_keys (key, id) VALUES (keys[i], ids[i]) ON CONFLICT (key) DO NOTHING;
+    FOR i IN 1..coalesce(array_length(ids, 1), 0) LOOP
+        INSERT INTO public.erasing_device_keys (id, key, since) VALUES (ids[i], keys[i], times[i]);
     END LOOP;
 END
 $$;
@@ -265,7 +273,7 @@ BEGIN
     SELECT m.id INTO live FROM public.device_key_map m WHERE m.key OPERATOR(pg_catalog.=) device_key;
     IF NOT FOUND THEN
         -- Being erased: its key's row of the reference table names it (not a look over every shard's devices).
-        SELECT e.id INTO live FROM public.erasing_device_keys e WHERE e.key OPERATOR(pg_catalog.=) device_key;
+        SELECT e.id INTO live FROM public.erasing_device_keys e WHERE e.key OPERATOR(pg_catalog.=) device_key ORDER BY e.since LIMIT 1;
     END IF;
     IF live IS NOT NULL THEN
         -- Still under this key (the lock re-reads the row: a rotation that committed meanwhile moved it away).
@@ -281,7 +289,7 @@ BEGIN
         END IF;
         UPDATE public.devices d SET erasing_since = stopped_at, user_id = NULL WHERE d.id = device.id;
         DELETE FROM public.device_key_map m WHERE m.id = device.id;
-        INSERT INTO public.erasing_device_keys (key, id) VALUES (device.key, device.id) ON CONFLICT (key) DO NOTHING;
+        INSERT INTO public.erasing_device_keys (id, key, since) VALUES (device.id, device.key, stopped_at);
         -- The profile's other devices: the live ones are the map's rows linked to it (0028 keeps the map's user_id
         -- with the device's; a device being erased has none), one reference table, not every shard's devices.
         IF device.user_id IS NOT NULL AND device.user_id = p_subject
@@ -305,7 +313,6 @@ AS $$
 DECLARE
     n bigint;
     left_over bigint;
-    erased_key uuid;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM public.devices d WHERE d.id = p_device AND d.erasing_since IS NOT NULL) THEN
         RAISE EXCEPTION 'the device is not being erased' USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -315,15 +322,48 @@ BEGIN
       AND l.id IN (SELECT b.id FROM public.poop_logs b WHERE b.device_id = p_device LIMIT p_batch);
     GET DIAGNOSTICS n = ROW_COUNT;
     IF NOT EXISTS (SELECT 1 FROM public.poop_logs l WHERE l.device_id = p_device) THEN
-        DELETE FROM public.devices d WHERE d.id = p_device AND d.erasing_since IS NOT NULL RETURNING d.key INTO erased_key;
-        -- The key is free from now on: a registration of it makes a new device.
-        DELETE FROM public.erasing_device_keys e WHERE e.key OPERATOR(pg_catalog.=) erased_key AND e.id = p_device;
+        DELETE FROM public.devices d WHERE d.id = p_device AND d.erasing_since IS NOT NULL;
+        -- The key is free from now on (unless another device of it is being erased): a registration of it makes a
+        -- new device.
+        DELETE FROM public.erasing_device_keys e WHERE e.id = p_device;
         RETURN QUERY SELECT n, 0::bigint;
         RETURN;
     END IF;
     UPDATE public.devices d SET log_count = greatest(d.log_count - n, 1) WHERE d.id = p_device
     RETURNING d.log_count INTO left_over;
     RETURN QUERY SELECT n, coalesce(left_over, 1);
+END
+$$;
+
+-- 0029's background erasure: the oldest erasures, and how many are left, from the erasing keys (one reference table),
+-- each device then locked by its id as before.
+CREATE OR REPLACE FUNCTION poopypals_erase_pending(p_batch integer) RETURNS TABLE (erasing bigint, logs bigint)
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target uuid;
+    candidate uuid;
+    n bigint := 0;
+BEGIN
+    IF p_batch IS NULL OR p_batch < 1 THEN
+        RAISE EXCEPTION 'the batch must hold at least one log' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The oldest erasures first, each locked by its id; one another worker holds is skipped.
+    FOR candidate IN SELECT e.id FROM public.erasing_device_keys e ORDER BY e.since LIMIT 16 LOOP
+        SELECT d.id INTO target FROM public.devices d WHERE d.id = candidate AND d.erasing_since IS NOT NULL FOR UPDATE SKIP LOCKED;
+        EXIT WHEN FOUND;
+        IF NOT EXISTS (SELECT 1 FROM public.devices d WHERE d.id = candidate) THEN
+            -- A row whose device is gone (none of our functions leaves one): dropped, so that it never stands first.
+            DELETE FROM public.erasing_device_keys e WHERE e.id = candidate;
+        END IF;
+    END LOOP;
+    IF target IS NOT NULL THEN
+        SELECT b.removed INTO n FROM public.poopypals_erase_batch(target, p_batch) b;
+    END IF;
+    RETURN QUERY SELECT (SELECT count(*) FROM public.erasing_device_keys e), n;
 END
 $$;
 
