@@ -28,19 +28,47 @@ extension CitusTests {
 
         /// sql/0033 on a database distributed before it, with an erasure under way: the migration fills the erasing
         /// keys from the devices being erased, and the erasure goes on (registration "being erased", continued by its
-        /// key, finished in the background, the key free again).
+        /// key, finished in the background, the key free again). sql/0034 makes the list and the map's links whole
+        /// after what calls under way during 0033 could leave; sql/0035 builds its index on the reference table.
         @Test func theErasingKeysMigrationKeepsAnErasureUnderWay() async throws {
-            try await CitusCluster.withMigratedDatabase("citus_e_", upTo: 32) { _, url, pool in
+            try await CitusCluster.withMigratedDatabase("citus_e_", upTo: 32) { name, url, pool in
                 let database = Database(pool: pool)
                 let devices = DeviceRepository(database: database)
                 let (erasing, live) = (try DeviceID(UUID()), try DeviceID(UUID()))
                 for device in [erasing, live] { _ = try await devices.register(DeviceInfo(model: "phone"), as: device) }
                 for _ in 0..<3 { _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: erasing) }
                 #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 2)
+                let subject = UUID()
+                _ = try await UserRepository(database: database).ensureProfileAndLink(as: live, id: subject, email: "upgrade@example.com")
                 await database.pool.close()
 
+                let filled = try await TestProject.run(["migrate", "up", "--target", "33", "--database-url", url], timeout: .seconds(120))
+                try #require(filled.status == 0, "\(filled.stdout)\n\(filled.stderr)")
+                // What calls under way during 0033 could leave (sql/0034 makes it whole): the erasure without its row, a
+                // row of no device, the map's user_id missing a link.
+                let superuser = try CitusCluster.superuser(name, url: url)
+                let listed = { @Sendable () async throws -> [String] in
+                    try await superuser.withConnection { conn in
+                        try conn.query("SELECT e.id::text FROM erasing_device_keys e ORDER BY 1").map { try $0.decode(0, as: String.self) }
+                    }
+                }
+                let erasingIDs = try await superuser.withConnection { conn in
+                    try conn.query("SELECT d.id::text FROM devices d WHERE d.erasing_since IS NOT NULL").map { try $0.decode(0, as: String.self) }
+                }
+                #expect(try await listed() == erasingIDs && erasingIDs.count == 1)
+                try await superuser.withConnection { conn in
+                    try CitusCluster.run(conn, "DELETE FROM erasing_device_keys")
+                    try CitusCluster.run(conn, "INSERT INTO erasing_device_keys (id, key, since) VALUES (gen_random_uuid(), gen_random_uuid(), now())")
+                    try CitusCluster.run(conn, "UPDATE device_key_map SET user_id = NULL")
+                }
                 let migrated = try await TestProject.run(["migrate", "up", "--database-url", url], timeout: .seconds(120))
                 try #require(migrated.status == 0, "\(migrated.stdout)\n\(migrated.stderr)")
+                #expect(try await listed() == erasingIDs)
+                let linked = try await superuser.withConnection { conn in
+                    try conn.query("SELECT m.user_id::text FROM device_key_map m").map { try $0.decode(0, as: String.self) }
+                }
+                #expect(linked == [subject.uuidString.lowercased()])
+                await superuser.close()
                 let after = Database(pool: ConnectionPool(configuration: .init(connection: ConnectionConfiguration(connectionString: url, applicationName: "poopypals-tests"),
                                                                               maxConnections: 2)))
                 let again = DeviceRepository(database: after)

@@ -70,7 +70,7 @@ struct DeviceKeyMapTests {
 
     /// sql/0033 on a database with an erasure under way: the migration fills the erasing keys from the devices being
     /// erased (as the profile role: devices' row-level security is forced, and its owner sees no device), and the
-    /// erasure goes on.
+    /// erasure goes on. sql/0034 makes them whole again after what calls under way during 0033 could leave.
     @Test func theErasingKeysMigrationKeepsAnErasureUnderWay() async throws {
         try await TestDatabase.with { db in
             let url = ["--database-url", db.url, "--migrations-dir", TestProject.migrationsDirectory.path]
@@ -82,10 +82,27 @@ struct DeviceKeyMapTests {
             _ = try await devices.register(DeviceInfo(model: "phone"), as: erasing)
             for _ in 0..<3 { _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: erasing) }
             #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 2)
+            let linked = try DeviceID(UUID())
+            _ = try await devices.register(DeviceInfo(model: "linked"), as: linked)
+            let subject = UUID()
+            _ = try await UserRepository(database: database).ensureProfileAndLink(as: linked, id: subject, email: "linked@example.com")
+            let filled = try await TestProject.run(["migrate", "--target", "33"] + url)
+            try #require(filled.status == 0, "\(filled.stderr)")
+            #expect(try await Self.erasingKeys(db) == Self.erasingDevices(db))
+            #expect(try await Self.erasingKeys(db).count == 1)
+
+            // What a call of the functions of before 0033, under way while it ran, leaves (sql/0034): an erasure begun
+            // without its row, a row of a device no longer there; and a map whose user_id missed a link.
+            try await Superuser.execute("DELETE FROM erasing_device_keys",
+                                        "INSERT INTO erasing_device_keys (id, key, since) VALUES (gen_random_uuid(), gen_random_uuid(), now())",
+                                        "UPDATE device_key_map SET user_id = NULL", in: db.name)
             let after = try await TestProject.run(["migrate"] + url)
             try #require(after.status == 0, "\(after.stderr)")
             #expect(try await Self.erasingKeys(db) == Self.erasingDevices(db))
             #expect(try await Self.erasingKeys(db).count == 1)
+            #expect(try await Superuser.column("SELECT user_id::text FROM device_key_map", in: db.name) == [subject.uuidString.lowercased()])
+            // sql/0035: the map found by user_id through an index of its own.
+            #expect(try await Superuser.column("SELECT indexname::text FROM pg_indexes WHERE indexname = 'device_key_map_user_id'", in: db.name).count == 1)
             await #expect(throws: RepositoryError.deviceBeingErased) { _ = try await devices.register(DeviceInfo(model: "again"), as: erasing) }
             #expect(try await devices.erase(as: erasing, batch: 1)?.logsRemaining == 1)
             _ = try await PendingErasures(database: database).run(maxBatches: 10, until: .now + .seconds(30))
