@@ -53,11 +53,29 @@ enum CitusCluster {
 
     /// The coordinator's superuser on database `name` (over the nodes' private sockets): it bypasses row-level security.
     static func superuser(_ name: String, url: String) throws -> ConnectionPool {
+        ConnectionPool(configuration: .init(connection: ConnectionConfiguration(
+            connectionString: try superuserURL(name, url: url), applicationName: "poopypals-tests"), maxConnections: 1))
+    }
+
+    static func superuserURL(_ name: String, url: String) throws -> String {
         let port = try #require(URLComponents(string: url)?.port)
         let sockets = try #require(sockets)
-        return ConnectionPool(configuration: .init(connection: ConnectionConfiguration(
-            connectionString: "postgresql:///\(name)?host=\(sockets)&port=\(port)&user=postgres", applicationName: "poopypals-tests"),
-            maxConnections: 1))
+        return "postgresql:///\(name)?host=\(sockets)&port=\(port)&user=postgres"
+    }
+
+    /// Returns once a session of the cluster waits on a lock held by another (`citus_lock_waits`, every node's waits:
+    /// on the coordinator a statement waiting on a worker shows no lock wait of its own); throws after `timeout`, or
+    /// as soon as `unless` (the waiter finished without having been seen waiting).
+    static func waitUntilASessionWaitsOnALock(superuser url: String, timeout: Duration = .seconds(30),
+                                              unless: @Sendable () -> Bool) async throws {
+        let conn = try Connection(configuration: ConnectionConfiguration(connectionString: url))
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if unless() { throw SetupError("what was to wait on a lock finished before it was seen waiting") }
+            if try conn.query("SELECT count(*) FROM citus_lock_waits")[0].decode(0, as: Int.self) > 0 { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw SetupError("no session waited on a lock within \(timeout)")
     }
 
     static var sockets: String? {

@@ -5,4 +5,4 @@ import Testing
 /// or fail on Citus itself, so a Citus upgrade that changes one fails here first. Each test works in a schema of its
 /// own on the coordinator, as the app's non-superuser owner (`POOPYPALS_TEST_CITUS_URL`, from `scripts/citus.sh url`).
 @Suite("Citus: what the cluster carries to its workers", .serialized, .enabled(if: CitusCluster.url != nil, "needs POOPYPALS_TEST_CITUS_URL (scripts/citus.sh url)"))
-struct CitusTests {}  // The tests: CitusTests+Context.swift and CitusTests+Schema.swift; helpers: CitusCluster.swift.
+struct CitusTests {}  // The tests: CitusTests+*.swift; helpers: CitusCluster.swift.

@@ -91,4 +91,28 @@ struct KeyChangeRaceTests {
             await database.pool.close()
         }
     }
+
+    /// A key taken and its erasure begun between a registration's check and its write (`KeyTakenAndErased`): "being
+    /// erased". On one PostgreSQL `devices.key`'s unique key would also refuse the second device; the test on Citus
+    /// (`CitusTests+Races.swift`), where it does not, is the one that failed without the second look.
+    @Test func aRegistrationOfAKeyTakenAndErasedMeanwhileSaysBeingErased() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            try await KeyTakenAndErased.registration(database, superuser: try Superuser.url(database: db.name)) { finished in
+                try await db.waitUntilSessionsWaitOnALock(unless: finished)
+            }
+            await database.pool.close()
+        }
+    }
+
+    /// The same for a rotation to that key: "in use".
+    @Test func aRotationToAKeyTakenAndErasedMeanwhileSaysInUse() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            try await KeyTakenAndErased.rotation(database, superuser: try Superuser.url(database: db.name)) { finished in
+                try await db.waitUntilSessionsWaitOnALock(unless: finished)
+            }
+            await database.pool.close()
+        }
+    }
 }
