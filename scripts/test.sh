@@ -8,8 +8,8 @@
 #
 # With DATABASE_URL set, runs once against it, with PGBOUNCER_URL, POOPYPALS_TEST_SUPERUSER_URL and
 # POOPYPALS_TEST_PG_BINDIR if set.
-# POOPYPALS_TEST_SKIP names stages not to run, said as NOT RUN: `coordinator` (the suites again on the Citus
-# coordinator), `load`, `large` (.ci/run's second run, from a private clone, where these add no path to check).
+# POOPYPALS_TEST_SKIP names stages not to run, said as NOT RUN: `distributed` (the device's suites on the
+# distributed schema), `coordinator` (the suites again on the Citus coordinator), `load`, `large` (.ci/run's second run, from a private clone, where these add no path to check).
 # SWIFT chooses the swift command (default `swift`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -76,6 +76,9 @@ for i in "${!labels[@]}"; do
   fi
 done
 
+# The suites that run again on the distributed schema (below): a test's own database there costs a few seconds.
+distributed_suites='DeviceIsolationTests|DeviceAndLogRepositoryTests|UserRepositoryTests|SyncRepositoryTests|DeviceKeyMapTests|KeyChangeRaceTests|PoopyPalsHTTPTests.SyncTests|PoopyPalsHTTPTests.QuotaTests'
+
 # Citus (issue 45): a coordinator and two workers (scripts/citus.sh), and what they carry to the workers of the
 # mechanisms our schema and request context rest on (CitusTests). Only on the project's own servers.
 echo
@@ -98,6 +101,23 @@ else
     echo "test: the Citus stage ran no test" | tee -a "$logs/citus.log" >&2
     fail "Citus" "$logs/citus.log"
   else
+    # The isolation, repository, sync, key and HTTP suites on the distributed schema: each test's database made on
+    # every node (scripts/citus.sh createdb) and distributed by `poopypals migrate`'s migrations, so a device's
+    # rows are on a worker's shard, the reference tables on every node, and each request's context, role and
+    # policies are checked where its shard is. No template can be copied there: a few seconds per test, so these
+    # suites only (the ones the device's requests go through); the rest run on the coordinator's own tables below.
+    echo
+    echo "== The device's suites on the distributed schema (a database on every node per test) =="
+    if skipped distributed "the device's suites on the distributed schema"; then
+      :
+    elif ! POOPYPALS_TEST_CITUS_DISTRIBUTED=1 DATABASE_URL=$citus_url POOPYPALS_TEST_SUPERUSER_URL=$(scripts/citus.sh superuser-url) \
+         "$SWIFT" test --skip-build --disable-xctest --no-parallel \
+         --filter "$distributed_suites" 2>&1 | tee "$logs/citus-distributed.log"; then
+      fail "the device's suites on the distributed schema" "$logs/citus-distributed.log"
+    elif ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$logs/citus-distributed.log"; then
+      echo "test: the distributed stage ran no test" | tee -a "$logs/citus-distributed.log" >&2
+      fail "the device's suites on the distributed schema" "$logs/citus-distributed.log"
+    fi
     # The PostgreSQL suites again, on the coordinator, with citus in every test database: every device request then
     # sends its context in the form Citus carries to workers (docs/scaling.md). The tables are the coordinator's
     # own (not distributed yet). One test at a time: sixty databases getting citus at once on two cores ran the

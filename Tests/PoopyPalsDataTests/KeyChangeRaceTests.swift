@@ -16,7 +16,9 @@ struct KeyChangeRaceTests {
                                           _ request: @escaping @Sendable () async throws -> T) async throws -> T {
         let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
         try conn.executeScript("BEGIN")
-        let id = try conn.query("SELECT id FROM devices WHERE key = \(key.key) FOR UPDATE")[0].decode(0, as: UUID.self)
+        // By its id, as the functions lock it (on Citus a locking read must name the distribution column).
+        let id = try conn.query("SELECT id FROM device_key_map WHERE key = \(key.key)")[0].decode(0, as: UUID.self)
+        try conn.query("SELECT id FROM devices WHERE id = \(id) FOR UPDATE")
         let finished = Locked(false)
         let task = Task {
             defer { finished.withLock { $0 = true } }

@@ -21,7 +21,7 @@ struct QuotaTests {
     static func counts(_ db: TestDatabase, _ device: UUID) async throws -> (logs: Int, tombstones: Int) {
         try await db.withConnection { conn in
             try conn.transaction { conn in
-                try conn.query("SELECT set_config('app.device_id', \(device.deviceKey.uuidString), true)")
+                try TestDatabase.setDevice(device.deviceKey, on: conn)
                 let row = try conn.query("SELECT log_count, tombstone_count FROM devices WHERE key = \(device.deviceKey)")[0]
                 return (try row.decode("log_count", as: Int.self), try row.decode("tombstone_count", as: Int.self))
             }

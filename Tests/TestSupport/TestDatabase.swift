@@ -1,4 +1,5 @@
 import Foundation
+import PoopyPalsData
 import PostgresClient
 
 /// What the environment offers beyond `DATABASE_URL`. `make test` provides everything for its own servers;
@@ -14,6 +15,12 @@ public enum TestEnvironment {
     /// the form Citus carries to workers.
     public static var extensionInEveryDatabase: String? {
         ProcessInfo.processInfo.environment["POOPYPALS_TEST_EXTENSION"].flatMap { $0.range(of: "^[a-z_]+$", options: .regularExpression) == nil ? nil : $0 }
+    }
+    /// `POOPYPALS_TEST_CITUS_DISTRIBUTED=1`: `DATABASE_URL` is the coordinator of `scripts/citus.sh`'s cluster, and every
+    /// migrated test database is made on each of its nodes (`scripts/citus.sh createdb`) and migrated there, so that
+    /// `poopypals migrate` distributes it by device (sql/0031): the suites then run on the distributed schema.
+    public static var distributesEveryDatabase: Bool {
+        ProcessInfo.processInfo.environment["POOPYPALS_TEST_CITUS_DISTRIBUTED"] == "1"
     }
 }
 
@@ -53,7 +60,42 @@ public struct TestDatabase: Sendable {
     public static func withMigrated<T: Sendable>(
         _ body: @Sendable (TestDatabase) async throws -> T
     ) async throws -> T {
-        try await with(template: MigratedTemplate.shared.name(), body)
+        if TestEnvironment.distributesEveryDatabase { return try await withDistributed(body) }
+        return try await with(template: MigratedTemplate.shared.name(), body)
+    }
+
+    /// A database on every node of the Citus cluster, migrated (and so distributed) for this test alone: no template
+    /// (a Citus database cannot be copied: its maintenance daemon keeps a connection to it, and its shards are on the
+    /// workers).
+    private static func withDistributed<T: Sendable>(_ body: @Sendable (TestDatabase) async throws -> T) async throws -> T {
+        let name = "t_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(20)
+        let script = TestProject.root.appendingPathComponent("scripts/citus.sh")
+        let made = try await TestProject.run(["createdb", name], executable: script, timeout: .seconds(120))
+        guard made.status == 0 else { throw SetupError("scripts/citus.sh createdb \(name) failed: \(made.stderr)") }
+        var configuration = try serverConfiguration()
+        configuration.database = name
+        let database = TestDatabase(name: name, configuration: configuration)
+        let drop = { @Sendable () async throws in
+            let dropped = try await TestProject.run(["dropdb", name], executable: script, timeout: .seconds(120))
+            guard dropped.status == 0 else { throw SetupError("scripts/citus.sh dropdb \(name) failed: \(dropped.stderr)") }
+        }
+        do {
+            let files = try MigrationFile.load(directory: TestProject.migrationsDirectory)
+            let pool = database.pool(size: 1)
+            do {
+                try await pool.withConnection { try Migrator(files: files).migrate(on: $0) }
+            } catch {
+                await pool.close()
+                throw error
+            }
+            await pool.close()
+            let value = try await body(database)
+            try await drop()
+            return value
+        } catch {
+            try? await drop()
+            throw error
+        }
     }
 
     private static func with<T: Sendable>(
@@ -159,6 +201,17 @@ public struct SetupError: Error, CustomStringConvertible {
 }
 
 extension TestDatabase {
+    /// Sets `app.device_id` to `key` for the rest of `conn`'s transaction, for a test that reads as a device on the
+    /// owner's own connection: with `set_config`, and on the distributed schema also in the form Citus carries to the
+    /// workers, whose shards' policies read it (`SET LOCAL` while `citus.propagate_set_commands` is `local`).
+    public static func setDevice(_ key: UUID, on conn: Connection) throws {
+        try conn.query("SELECT set_config('app.device_id', \(key.uuidString), true)")
+        if TestEnvironment.distributesEveryDatabase {
+            try conn.executeScript("SET LOCAL citus.propagate_set_commands = 'local'")
+            try conn.executeScript("SET LOCAL app.device_id = '\(key.uuidString.lowercased())'")
+        }
+    }
+
     /// Runs `body` in a transaction of another session, keeps that transaction open for `seconds` (or until
     /// `release` is set, if that comes first), then commits. Returns once `body` has run (so its locks or rows are
     /// in place), with the task to await.
@@ -212,7 +265,12 @@ extension TestDatabase {
 
     /// Sessions on this database waiting for a lock now (`pg_stat_activity`), read on `conn`.
     public func sessionsWaitingOnALock(in conn: Connection) throws -> Int {
-        try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(name) AND wait_event_type = 'Lock'")[0]
+        if TestEnvironment.distributesEveryDatabase {
+            // On the coordinator a statement waiting for a worker's lock waits on the worker ("Extension" here, as does
+            // any statement a worker is still running): Citus's own view of every node's lock waits.
+            return try conn.query("SELECT count(*) FROM citus_lock_waits")[0].decode(0, as: Int.self)
+        }
+        return try conn.query("SELECT count(*) FROM pg_stat_activity WHERE datname = \(name) AND wait_event_type = 'Lock'")[0]
             .decode(0, as: Int.self)
     }
 

@@ -111,6 +111,16 @@ public struct RLSAudit: Sendable {
         ]
     }
 
+    /// Whether Citus distributes this database's `devices` (sql/0031). Citus's catalog is asked only where it exists.
+    static func isDistributed(on connection: Connection) throws -> Bool {
+        guard try connection.query("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL")[0].decode(0, as: Bool.self) else {
+            return false
+        }
+        return try connection.query("""
+            SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition WHERE logicalrelid = to_regclass('devices') AND partmethod = 'h')
+            """)[0].decode(0, as: Bool.self)
+    }
+
     /// - Throws: `PostgresError` when the catalog cannot be read.
     public func run(on connection: Connection) throws -> Report {
         var checks: [Check] = []
@@ -207,8 +217,13 @@ public struct RLSAudit: Sendable {
         // A SECURITY DEFINER function runs with its owner's rights for whoever may call it: the owner must be a
         // role nobody logs in as, without superuser or BYPASSRLS; search_path must be fixed (or a caller's
         // objects would be found first); and PUBLIC must not be able to call it.
+        // On a database Citus distributes (sql/0031) this database's service roles log in: Citus opens its connections
+        // to the workers as the role a transaction switched to. There that login is the design (kept to the nodes'
+        // private socket folder by the cluster's pg_hba.conf, which this login cannot read), not a finding.
+        let serviceRolesLogIn = try Self.isDistributed(on: connection)
+        let ownRoles = roles != .shared
         let definers = try connection.query("""
-            SELECT p.oid::regprocedure::text AS name, r.rolcanlogin, r.rolsuper, r.rolbypassrls,
+            SELECT p.oid::regprocedure::text AS name, r.rolcanlogin, r.rolsuper, r.rolbypassrls, r.rolname::text AS owner,
                    coalesce(EXISTS (SELECT FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%'), false) AS fixed_path,
                    p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) a WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute
             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_roles r ON r.oid = p.proowner
@@ -217,7 +232,9 @@ public struct RLSAudit: Sendable {
             """)
         for function in definers {
             let name: String = try function.decode("name")
-            let problem: String? = if try function.decode("rolcanlogin", as: Bool.self) {
+            let owner: String = try function.decode("owner")
+            let loginExpected = serviceRolesLogIn && ownRoles && (owner == roles.app || owner == roles.profiles)
+            let problem: String? = if try function.decode("rolcanlogin", as: Bool.self) && !loginExpected {
                 "owned by a role that can log in"
             } else if try function.decode("rolsuper", as: Bool.self) || function.decode("rolbypassrls", as: Bool.self) {
                 "owned by a superuser or a BYPASSRLS role"
@@ -242,15 +259,15 @@ public struct RLSAudit: Sendable {
                ? "every login of the server may connect, including members of the service roles made by other databases' migrations; as the owner: REVOKE CONNECT ON DATABASE <name> FROM PUBLIC (sql/0019)" : nil)
         // With this database's own roles (sql/0022) any other member is a grant someone made by hand; with the shared
         // ones (before it) the members are every PoopyPals database's owner, and only those that may connect count.
-        let ownRoles = roles != .shared
         let outsiders = try connection.query("""
             SELECT string_agg(r.rolname::text, ', ' ORDER BY r.rolname)
             FROM pg_roles r, pg_database d
             WHERE d.datname = current_database() AND r.rolcanlogin AND NOT r.rolsuper
               AND r.rolname <> current_user AND r.oid <> d.datdba
               AND (\(ownRoles) OR has_database_privilege(r.oid, d.oid, 'CONNECT'))
-              AND ((to_regrole(\(roles.app)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(roles.app)), 'MEMBER'))
-                   OR (to_regrole(\(roles.profiles)) IS NOT NULL AND pg_has_role(r.oid, to_regrole(\(roles.profiles)), 'MEMBER')))
+              AND ((to_regrole(\(roles.app)) IS NOT NULL AND r.rolname <> \(roles.app) AND pg_has_role(r.oid, to_regrole(\(roles.app)), 'MEMBER'))
+                   OR (to_regrole(\(roles.profiles)) IS NOT NULL AND r.rolname <> \(roles.profiles)
+                       AND pg_has_role(r.oid, to_regrole(\(roles.profiles)), 'MEMBER')))
             """)[0].decode(0, as: String?.self)
         record("no other login is a member of this database's service roles", outsiders.map {
             ownRoles ? "\($0) may switch to this database's service roles (\(roles.app), \(roles.profiles)): REVOKE them"

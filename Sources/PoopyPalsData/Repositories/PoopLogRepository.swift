@@ -64,7 +64,9 @@ public struct PoopLogRepository: Sendable {
         let returned: (PoopLog, Bool)?
         do {
             returned = try await database.asDevice(device, idempotent: true) { tx in
-                let stored = try tx.storedID()
+                // No device of this key: nothing to insert. Said here, not by the insert's error: on plain PostgreSQL
+                // that is a foreign key's (23503, below), on Citus a NULL distribution column's (22004), which was a 500.
+                guard let stored = try tx.storedID() else { throw RepositoryError.deviceNotRegistered }
                 // The insert, then the row read back, in one round trip: the read finds the row this insert made or
                 // the one a first attempt (or a concurrent upload it waited for) committed with this id.
                 let (inserted, existing) = try tx.finalQueries(

@@ -177,7 +177,9 @@ public struct SyncRepository: Sendable {
             let stored = try tx.storedID()
             return try tx.execute("DELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(id)") == 1 ? .deleted : .notFound
         case .upsert(let id, let occurredAt, let bristolType, let notes, let baseVersion):
-            let stored = try tx.storedID()
+            // No device of this key: as `PoopLogRepository.create` (on Citus the locking read below, naming no shard,
+            // and the insert, a NULL distribution column, fail otherwise).
+            guard let stored = try tx.storedID() else { throw RepositoryError.deviceNotRegistered }
             // Locked, so that the comparison and the write see the same row.
             let select: PostgresQuery = "SELECT \(unescaped: PoopLog.columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(id) FOR UPDATE"
             let current: PoopLog
