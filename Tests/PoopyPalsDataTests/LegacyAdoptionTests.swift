@@ -345,6 +345,25 @@ struct MonitorCommandTests {
         }
     }
 
+    /// A service role given LOGIN on one server (only a database Citus distributes needs it, sql/0031) fails the audit,
+    /// named. It was caught before only as "a member of" itself among the outsiders, which a distributed database's
+    /// roles (LOGIN by design) made a false alarm: that no longer counts, and this check says it for itself.
+    /// Migrated here, not copied: a copy of the template shares the template's roles with every other test.
+    @Test func aServiceRoleThatLogsInFailsTheAudit() async throws {
+        try await TestDatabase.with { db in
+            let files = try MigrationFile.load(directory: TestProject.migrationsDirectory)
+            try await db.withConnection { _ = try Migrator(files: files).migrate(on: $0) }
+            let report = try await db.withConnection { conn in
+                #expect(try RLSAudit().run(on: conn).ok)
+                try conn.executeScript("DO $$ BEGIN EXECUTE format('ALTER ROLE %I LOGIN', poopypals_service_role()); END $$")
+                return try RLSAudit().run(on: conn)
+            }
+            let check = report.checks.first { $0.check == "this database's service roles cannot log in" }
+            #expect(check?.ok == false && check?.problem?.hasPrefix("poopypals_app_") == true, "\(String(describing: check))")
+            #expect(!report.ok)
+        }
+    }
+
     @Test func aNewTableWithADeviceIDButNoRLSFailsTheAudit() async throws {
         try await TestDatabase.withMigrated { db in
             let report = try await db.withConnection { conn in

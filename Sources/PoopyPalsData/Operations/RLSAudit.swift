@@ -274,6 +274,15 @@ public struct RLSAudit: Sendable {
                 : "\($0) may connect to this database and switch to the service roles (granted for another database)"
         })
 
+        // Nobody logs in as a service role, but on a database Citus distributes (above). Said for itself: a role is
+        // not counted a member of itself among the outsiders above, where a service role's login was once caught.
+        let loggingIn = try connection.query("""
+            SELECT string_agg(rolname::text, ', ' ORDER BY rolname) FROM pg_roles
+            WHERE rolcanlogin AND rolname IN (\(roles.app), \(roles.profiles))
+            """)[0].decode(0, as: String?.self)
+        record("this database's service roles cannot log in", loggingIn.flatMap { serviceRolesLogIn ? nil
+            : "\($0) can log in: ALTER ROLE … NOLOGIN (only a database Citus distributes needs the login, sql/0031)" })
+
         let role = try connection.query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = \(serviceRole)")
         if let role = role.first {
             record("\(serviceRole) is not superuser", try role.decode("rolsuper", as: Bool.self) ? "it is a superuser" : nil)
