@@ -15,10 +15,14 @@ RUN swift build -c release --product poopypals --static-swift-stdlib \
     && cp "$(swift build -c release --show-bin-path)/poopypals" /poopypals
 
 FROM debian:bookworm-slim
+# The release (Sources/PoopyPalsData/Migrations/Release.swift; a test holds this default equal to it).
+ARG POOPYPALS_VERSION=1.1.0
+LABEL org.opencontainers.image.title="poopypals" org.opencontainers.image.version="${POOPYPALS_VERSION}"
 RUN apt-get update && apt-get install -y --no-install-recommends libpq5 ca-certificates tzdata \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --no-create-home --uid 10001 poopypals
 COPY --from=build /poopypals /usr/local/bin/poopypals
+# Its own migrations (sql/ and sql/post/): `migrate` in this image applies what this release needs.
 COPY sql /app/sql
 WORKDIR /app
 USER poopypals

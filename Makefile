@@ -4,7 +4,7 @@ SWIFT ?= swift
 # Recursive (=): asked of SwiftPM only by the targets that use it, not for every target at parse time.
 BIN = $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
-.PHONY: help run test bench build db-start db-stop db-reset migrate status
+.PHONY: help run test bench build db-start db-stop db-reset migrate status schema
 
 ## make help: list the targets (from these ## lines)
 help:
@@ -30,6 +30,10 @@ build:
 ## make migrate: apply the migrations to the project's PostgreSQL (or DATABASE_URL)
 migrate: build
 	@url="$$(scripts/db.sh start)" && export DATABASE_URL="$$url" && "$(BIN)" migrate
+
+## make schema: write docs/schema.sql, the schema the migrations leave (scripts/schema.sh check: is it current)
+schema: build
+	@POOPYPALS_BINARY="$(BIN)" scripts/schema.sh write
 
 ## make status: which migrations are applied
 status: build

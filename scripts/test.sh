@@ -9,7 +9,8 @@
 # With DATABASE_URL set, runs once against it, with PGBOUNCER_URL, POOPYPALS_TEST_SUPERUSER_URL and
 # POOPYPALS_TEST_PG_BINDIR if set.
 # POOPYPALS_TEST_SKIP names stages not to run, said as NOT RUN: `distributed` (the device's suites on the
-# distributed schema), `coordinator` (the suites again on the Citus coordinator), `load`, `large` (.ci/run's second run, from a private clone, where these add no path to check).
+# distributed schema), `coordinator` (the suites again on the Citus coordinator), `load`, `large` (.ci/run's second run, from a private clone, where these add no path to check),
+# `previous` (the previous release beside this one).
 # SWIFT chooses the swift command (default `swift`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -75,6 +76,50 @@ for i in "${!labels[@]}"; do
     fail "${labels[$i]}" "$logs/suite-$i.log"
   fi
 done
+
+# docs/schema.sql, the schema as the migrations leave it, made again and compared (on PostgreSQL 15, whose pg_dump
+# wrote it): a migration added without `make schema` fails here.
+echo
+echo "== docs/schema.sql is what the migrations make (scripts/schema.sh check) =="
+if [ "$(major_version "${urls[0]}")" != 15 ]; then
+  echo "test: NOT RUN: the schema file check (docs/schema.sql is PostgreSQL 15's pg_dump; ${labels[0]} here)" >&2
+elif ! POOPYPALS_BINARY="$("$SWIFT" build --show-bin-path)/poopypals" scripts/schema.sh check \
+     2>&1 | tee "$logs/schema.log"; then
+  fail "docs/schema.sql is stale" "$logs/schema.log"
+fi
+
+# The previous release (CHANGELOG.md's second heading), built from its own commit (scripts/release.sh previous,
+# cached per machine), against this release's migrations (issue 55): its own HTTP suite on a schema made by this
+# release's pre-deployment migrations (its sql/ folder replaced by ours for the run, its binary and tests as built),
+# then scripts/upgrade_drill.py: a rolling upgrade and a rollback under load, old and new binaries side by side,
+# with no failed request and nothing acknowledged lost. A migration the previous release cannot survive fails here.
+echo
+echo "== the previous release beside this one (scripts/release.sh, scripts/upgrade_drill.py; ${labels[0]}) =="
+if skipped previous "the previous release beside this one"; then
+  :
+elif ! previous=$(SWIFT="$SWIFT" scripts/release.sh previous 2> >(tee "$logs/previous-build.log" >&2)); then
+  fail "the previous release" "$logs/previous-build.log"
+else
+  previous_version=$(scripts/release.sh previous-version | cut -d' ' -f1)
+  echo "test: release $previous_version's own HTTP suite on this release's pre-deployment migrations" >&2
+  if ! ( flock 9
+         trap 'rm -rf "$previous/src/sql"; cp -R "$previous/sql" "$previous/src/sql"' EXIT
+         rm -rf "$previous/src/sql"; mkdir "$previous/src/sql"; cp sql/*.sql "$previous/src/sql/"
+         cd "$previous/src"
+         DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
+           POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter PoopyPalsHTTPTests \
+           --skip LoadTests ) 9>"$previous.lock" 2>&1 | tee "$logs/previous-http.log"; then
+    fail "release $previous_version's HTTP suite on this release's migrations" "$logs/previous-http.log"
+  elif ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$logs/previous-http.log"; then
+    echo "test: release $previous_version's HTTP suite ran no test" | tee -a "$logs/previous-http.log" >&2
+    fail "release $previous_version's HTTP suite on this release's migrations" "$logs/previous-http.log"
+  fi
+  if ! python3 scripts/upgrade_drill.py --previous-binary "$previous/src/.build/debug/poopypals" \
+       --previous-migrations "$previous/sql" --binary "$("$SWIFT" build --show-bin-path)/poopypals" --migrations-dir sql \
+       --database-url "${urls[0]}" 2>&1 | tee "$logs/upgrade.log"; then
+    fail "rolling upgrade and rollback from release $previous_version" "$logs/upgrade.log"
+  fi
+fi
 
 # The suites that run again on the distributed schema (below): a test's own database there costs a few seconds.
 distributed_suites='DeviceIsolationTests|DeviceAndLogRepositoryTests|UserRepositoryTests|SyncRepositoryTests|DeviceKeyMapTests|KeyChangeRaceTests|PoopyPalsHTTPTests.SyncTests|PoopyPalsHTTPTests.QuotaTests'

@@ -28,8 +28,13 @@ struct MigrationSourceOptions: ParsableArguments {
 extension Migrate {
     struct Up: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Apply pending migrations (the default).",
-            discussion: "Exit status: 0 applied or up to date; 1 refused or failed; 2 database unreachable or bad configuration."
+            abstract: "Apply pending migrations (the default): the pre-deployment ones, or with --post-deployment all.",
+            discussion: """
+                A rolling upgrade (README "Upgrading"): `migrate` before replacing any instance (the previous release \
+                keeps working on what it applies), then the instances, then `migrate --post-deployment` once no \
+                instance of the previous release is left. Exit status: 0 applied or up to date; 1 refused or failed; \
+                2 database unreachable or bad configuration.
+                """
         )
 
         @OptionGroup var connection: ConnectionOptions
@@ -38,17 +43,21 @@ extension Migrate {
         @Flag(help: "Print the plan and the SQL; change nothing.")
         var dryRun = false
 
+        @Flag(help: "Also apply the post-deployment migrations (sql/post/): only once no instance of the previous release serves.")
+        var postDeployment = false
+
         @Option(help: "Apply up to and including this version.")
         var target: Int64?
 
         @Flag(help: "Apply files numbered below the latest applied version.")
         var allowOutOfOrder = false
 
-        @Option(help: ArgumentHelp("lock_timeout for each migration (e.g. 5s, 500ms).", valueName: "duration"))
-        var lockTimeout = DurationArgument(argument: "5s")!
+        @Option(help: ArgumentHelp("lock_timeout for each migration (e.g. 500ms, 2s): requests on the same table wait behind it this long at most.",
+                                   valueName: "duration"))
+        var lockTimeout = DurationArgument(argument: "500ms")!
 
-        @Option(help: "Further attempts after a lock timeout, with backoff.")
-        var lockRetries = 3
+        @Option(help: "Further attempts after a lock timeout, with backoff (250 ms doubling, at most 4 s).")
+        var lockRetries = 10
 
         @Option(help: ArgumentHelp("How long to wait for another migration run (e.g. 60s).", valueName: "duration"))
         var lockWait = DurationArgument(argument: "60s")!
@@ -71,6 +80,7 @@ extension Migrate {
             options.lockRetries = lockRetries
             options.advisoryLockWait = lockWait.duration
             options.createRestorePoint = !dryRun
+            options.postDeployment = postDeployment
             let migrator = Migrator(files: files, options: options)
             let connection = try connection.connect(waitingUpTo: waitForDatabase.duration)
             do {
@@ -91,10 +101,17 @@ extension Migrate {
                     break
                 }
                 for note in applied.flatMap(\.notes) { print("note: \(note)") }
-                let version = try migrator.status(on: connection).currentVersion.map { String($0) } ?? "none"
+                let status = try migrator.status(on: connection)
+                let version = status.currentVersion.map { String($0) } ?? "none"
                 print(applied.isEmpty
                       ? "Nothing to apply; the database is at version \(version)."
                       : "Applied \(applied.count) migration\(applied.count == 1 ? "" : "s"); the database is at version \(version).")
+                let waiting = status.pendingPostDeployment
+                if !waiting.isEmpty {
+                    print("\(waiting.count) post-deployment migration\(waiting.count == 1 ? " waits" : "s wait") ("
+                          + waiting.map { String(format: "%04lld", $0.version) }.joined(separator: ", ")
+                          + "): once no instance of the previous release serves, run `poopypals migrate --post-deployment`.")
+                }
             } catch {
                 throw CommandFailure("\(error)", status: connection.isOpen ? .problem : .checkFailed)
             }
@@ -135,7 +152,9 @@ enum DryRun {
         guard !plan.isEmpty else { return "Nothing to apply; the database is at version \(version).\nDry run: nothing was changed." }
         var text = "Would apply \(plan.count) migration\(plan.count == 1 ? "" : "s") (the database is at version \(version)):\n"
         for file in plan {
-            text += "\n-- >>> \(file.fileName) (\(file.runsInTransaction ? "in one transaction" : "no transaction, statement by statement"))\n"
+            let folder = file.phase == .postDeployment ? "\(MigrationFile.postDeploymentFolder)/" : ""
+            text += "\n-- >>> \(folder)\(file.fileName) (\(file.phase.rawValue), "
+                + "\(file.runsInTransaction ? "in one transaction" : "no transaction, statement by statement"))\n"
             text += file.sql.hasSuffix("\n") ? file.sql : file.sql + "\n"
         }
         return text + "\nDry run: nothing was changed."
@@ -145,17 +164,22 @@ enum DryRun {
 /// What `migrate status` prints.
 enum StatusOutput {
     static func table(_ status: MigrationStatus) -> String {
-        OutputFormat.table(["VERSION", "NAME", "APPLIED AT (UTC)", "STATE"], status.entries.map {
-            [String(format: "%04lld", $0.version), $0.name, $0.appliedAt.map(OutputFormat.timestamp) ?? "-", $0.state.rawValue]
+        OutputFormat.table(["VERSION", "NAME", "APPLIED AT (UTC)", "STATE", "PHASE"], status.entries.map {
+            [String(format: "%04lld", $0.version), $0.name, $0.appliedAt.map(OutputFormat.timestamp) ?? "-", $0.state.rawValue,
+             $0.phase?.rawValue ?? "-"]
         })
     }
 
     /// `{"upToDate":…, "currentVersion":…, "migrations":[{version, name, appliedAt, state}]}`.
     static func json(_ status: MigrationStatus) throws -> String {
-        struct Entry: Encodable { let version: Int64; let name: String; let appliedAt: Date?; let state: String }
-        struct Document: Encodable { let upToDate: Bool; let currentVersion: Int64?; let migrations: [Entry] }
+        struct Entry: Encodable { let version: Int64; let name: String; let appliedAt: Date?; let state: String; let phase: String? }
+        struct Document: Encodable {
+            let upToDate: Bool; let preDeploymentDone: Bool; let currentVersion: Int64?; let migrations: [Entry]
+        }
         return try OutputFormat.json(Document(
-            upToDate: status.isUpToDate, currentVersion: status.currentVersion,
-            migrations: status.entries.map { Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: $0.state.rawValue) }))
+            upToDate: status.isUpToDate, preDeploymentDone: status.preDeploymentDone, currentVersion: status.currentVersion,
+            migrations: status.entries.map {
+                Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: $0.state.rawValue, phase: $0.phase?.rawValue)
+            }))
     }
 }

@@ -1,16 +1,15 @@
 import ArgumentParser
 import Foundation
+import PoopyPalsData
 
 @main
 struct PoopyPals: AsyncParsableCommand {
-    /// The release, as openapi.yaml's `info.version` (a test holds them equal).
-    static let version = "1.0.0"
 
     static let configuration = CommandConfiguration(
         commandName: "poopypals",
         abstract: "The PoopyPals data layer: the HTTP service, migrations and operations on its PostgreSQL database.",
         discussion: "Exit status, for every command: 0 fine; 1 the answer is no; 2 the command could not do its job (including a usage error).",
-        version: "poopypals \(PoopyPals.version)",
+        version: Release.description,
         subcommands: [Migrate.self, Monitor.self, Users.self, Devices.self, Maintenance.self, Serve.self, DevToken.self]
     )
 

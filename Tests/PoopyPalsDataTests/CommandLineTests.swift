@@ -10,7 +10,7 @@ import TestSupport
         let spec = try String(contentsOf: TestProject.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
         let version = spec.split(separator: "\n").first { $0.hasPrefix("  version: ") }.map { $0.dropFirst(11) } ?? ""
         #expect(!version.isEmpty)
-        #expect(output.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "poopypals \(version)")
+        #expect(output.stdout.split(separator: "\n").first.map(String.init) == "poopypals \(version)")
     }
 
     /// `serve --dev` keeps its generated secret per user, where `dev-token` finds it from any folder (it read

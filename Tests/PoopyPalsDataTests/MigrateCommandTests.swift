@@ -124,7 +124,7 @@ struct MigrateCommandTests {
     /// Help shows durations as written (it printed `DurationArgument(duration: 5.0 seconds)`).
     @Test func helpRendersDurationsAsWritten() async throws {
         let help = try await TestProject.run(["migrate", "up", "--help"])
-        #expect(help.stdout.contains("(default: 5s)"), "\(help.stdout)")
+        #expect(help.stdout.contains("(default: 500ms)") && help.stdout.contains("(default: 60s)"), "\(help.stdout)")
         #expect(!help.stdout.contains("DurationArgument"))
     }
 

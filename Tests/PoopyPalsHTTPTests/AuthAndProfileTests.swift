@@ -190,16 +190,18 @@ struct AuthAndProfileTests {
             let device = UUID()
             _ = try await api.send("PUT", "/v1/device", device: device)
             let user = UUID()
-            let cases: [(String, Int, String?)] = [
-                (try await api.token(user: user, notBefore: Date().addingTimeInterval(600), issuer: "https://auth.example", audience: "poopypals"), 401, "token_not_yet_valid"),
-                (try await api.token(user: user, issuer: "https://auth.example", audience: "someone-else"), 401, "invalid_token"),
-                (try await api.token(user: user, issuer: "https://evil.example", audience: "poopypals"), 401, "invalid_token"),
-                (try await api.token(user: user, expiresIn: -10, issuer: "https://auth.example", audience: "poopypals"), 200, nil),  // within the leeway
-                (try await api.token(user: user, notBefore: Date().addingTimeInterval(20), issuer: "https://auth.example", audience: "poopypals"), 200, nil),
-                (try await api.token(user: user, expiresIn: -120, issuer: "https://auth.example", audience: "poopypals"), 401, "token_expired"),
+            // Each token minted just before it is sent (issue 56): minted all first, the one 10 s past its expiry
+            // (inside the 30 s leeway) was outside it by the time a loaded machine sent it.
+            let cases: [(@Sendable () async throws -> String, Int, String?)] = [
+                ({ try await api.token(user: user, notBefore: Date().addingTimeInterval(600), issuer: "https://auth.example", audience: "poopypals") }, 401, "token_not_yet_valid"),
+                ({ try await api.token(user: user, issuer: "https://auth.example", audience: "someone-else") }, 401, "invalid_token"),
+                ({ try await api.token(user: user, issuer: "https://evil.example", audience: "poopypals") }, 401, "invalid_token"),
+                ({ try await api.token(user: user, expiresIn: -10, issuer: "https://auth.example", audience: "poopypals") }, 200, nil),  // within the leeway
+                ({ try await api.token(user: user, notBefore: Date().addingTimeInterval(20), issuer: "https://auth.example", audience: "poopypals") }, 200, nil),
+                ({ try await api.token(user: user, expiresIn: -120, issuer: "https://auth.example", audience: "poopypals") }, 401, "token_expired"),
             ]
-            for (token, status, code) in cases {
-                let reply = try await api.send("PUT", "/v1/profile", device: device, token: token)
+            for (mint, status, code) in cases {
+                let reply = try await api.send("PUT", "/v1/profile", device: device, token: try await mint())
                 #expect(reply.status == status, "\(code ?? "ok")")
                 #expect(reply.errorCode == code)
             }

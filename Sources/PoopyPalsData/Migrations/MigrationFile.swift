@@ -1,8 +1,23 @@
 import Crypto
 import Foundation
 
-/// One file `sql/NNNN_snake_name.sql`.
+/// One file `sql/NNNN_snake_name.sql` (a pre-deployment migration) or `sql/post/NNNN_snake_name.sql` (a
+/// post-deployment one). Versions are one sequence across both folders.
 public struct MigrationFile: Sendable, Equatable {
+    /// When a migration may run during a rolling upgrade (README "Upgrading"; STYLE.md "Migrations across releases").
+    public enum Phase: String, Sendable {
+        /// Before any instance is replaced: it only expands, so the previous release keeps serving (`poopypals
+        /// migrate`).
+        case preDeployment = "pre-deployment"
+        /// Once no instance runs the previous release: it may remove or change what that release used (`poopypals
+        /// migrate --post-deployment`). Releases before the one that ships it may no longer serve afterwards.
+        case postDeployment = "post-deployment"
+    }
+
+    /// The sub-folder of the migrations folder that holds the post-deployment files. Releases before 1.1.0 list only
+    /// the folder's own `.sql` files, so they neither see nor apply these.
+    public static let postDeploymentFolder = "post"
+
     /// The header line that makes a file run outside a transaction, statement by statement.
     public static let noTransactionHeader = "-- poopypals:no-transaction"
     static let preflightHeader = "-- poopypals:preflight "
@@ -16,8 +31,9 @@ public struct MigrationFile: Sendable, Equatable {
     public let runsInTransaction: Bool
     /// Checks named by `-- poopypals:preflight NAME` header lines, run before anything is applied.
     public let preflights: [String]
+    public let phase: Phase
 
-    public init(fileName: String, sql: String) throws {
+    public init(fileName: String, sql: String, phase: Phase = .preDeployment) throws {
         guard fileName.hasSuffix(".sql"), let underscore = fileName.firstIndex(of: "_"),
               let version = Int64(fileName[..<underscore]), version > 0
         else { throw MigrationError.invalidFileName(fileName) }
@@ -28,6 +44,7 @@ public struct MigrationFile: Sendable, Equatable {
         self.name = name
         self.fileName = fileName
         self.sql = sql
+        self.phase = phase
         checksum = Self.checksum(of: sql)
         let firstLine = sql.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
         runsInTransaction = firstLine.trimmingCharacters(in: .whitespaces) != Self.noTransactionHeader
@@ -56,27 +73,36 @@ public struct MigrationFile: Sendable, Equatable {
         return String(decoding: digest.flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 0x0f)]] }, as: UTF8.self)
     }
 
-    /// Reads every `.sql` file of `directory`, sorted by version.
-    /// - Throws: `MigrationError` for a missing directory, a badly named file or a duplicate version.
+    /// Reads every `.sql` file of `directory` (pre-deployment) and of its `post/` folder, if any
+    /// (post-deployment), sorted by version.
+    /// - Throws: `MigrationError` for a missing directory, a badly named file or a duplicate version (across both).
     public static func load(directory: URL) throws -> [MigrationFile] {
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
-        } catch {
-            throw MigrationError.directoryNotFound(directory.path)
-        }
-        var files: [MigrationFile] = []
-        for fileName in names where fileName.hasSuffix(".sql") {
-            let url = directory.appendingPathComponent(fileName)
-            guard let data = FileManager.default.contents(atPath: url.path),
-                  let sql = String(data: data, encoding: .utf8)
-            else { throw MigrationError.unreadableFile(fileName) }
-            files.append(try MigrationFile(fileName: fileName, sql: sql))
+        var files = try load(folder: directory, phase: .preDeployment)
+        let post = directory.appendingPathComponent(postDeploymentFolder)
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: post.path, isDirectory: &isFolder), isFolder.boolValue {
+            files += try load(folder: post, phase: .postDeployment)
         }
         files.sort { $0.version < $1.version }
         for (previous, next) in zip(files, files.dropFirst()) where previous.version == next.version {
             throw MigrationError.duplicateVersion(previous.version, [previous.fileName, next.fileName])
         }
         return files
+    }
+
+    private static func load(folder: URL, phase: Phase) throws -> [MigrationFile] {
+        let names: [String]
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+        } catch {
+            throw MigrationError.directoryNotFound(folder.path)
+        }
+        return try names.filter { $0.hasSuffix(".sql") }.map { fileName in
+            let url = folder.appendingPathComponent(fileName)
+            guard let data = FileManager.default.contents(atPath: url.path),
+                  let sql = String(data: data, encoding: .utf8)
+            else { throw MigrationError.unreadableFile(phase == .postDeployment ? "\(postDeploymentFolder)/\(fileName)" : fileName) }
+            return try MigrationFile(fileName: fileName, sql: sql, phase: phase)
+        }
     }
 }

@@ -15,6 +15,8 @@ public struct MigrationStatus: Sendable {
         public let name: String
         public let appliedAt: Date?
         public let state: State
+        /// The file's phase; nil for a `missing` one (applied, its file not in this release).
+        public let phase: MigrationFile.Phase?
     }
 
     public let entries: [Entry]
@@ -23,20 +25,28 @@ public struct MigrationStatus: Sendable {
         let records = Dictionary(uniqueKeysWithValues: applied.map { ($0.version, $0) })
         var entries = files.map { file -> Entry in
             guard let record = records[file.version] else {
-                return Entry(version: file.version, name: file.name, appliedAt: nil, state: .pending)
+                return Entry(version: file.version, name: file.name, appliedAt: nil, state: .pending, phase: file.phase)
             }
             return Entry(version: file.version, name: file.name, appliedAt: record.appliedAt,
-                         state: record.checksum == file.checksum ? .applied : .drifted)
+                         state: record.checksum == file.checksum ? .applied : .drifted, phase: file.phase)
         }
         let known = Set(files.map(\.version))
         entries += applied.filter { !known.contains($0.version) }.map {
-            Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: .missing)
+            Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: .missing, phase: nil)
         }
         self.entries = entries.sorted { $0.version < $1.version }
     }
 
     /// True when every file is applied unchanged and no applied file is missing.
     public var isUpToDate: Bool { entries.allSatisfy { $0.state == .applied } }
+
+    /// True when everything but post-deployment files is applied unchanged: what instances of this release need.
+    public var preDeploymentDone: Bool {
+        entries.allSatisfy { $0.state == .applied || ($0.state == .pending && $0.phase == .postDeployment) }
+    }
+
+    /// The post-deployment files not applied yet.
+    public var pendingPostDeployment: [Entry] { entries.filter { $0.state == .pending && $0.phase == .postDeployment } }
 
     /// The highest applied version.
     public var currentVersion: Int64? { entries.filter { $0.state != .pending }.map(\.version).max() }

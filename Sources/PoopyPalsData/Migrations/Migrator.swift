@@ -10,11 +10,18 @@ import PostgresClient
 /// inside `ConnectionPool.withConnection`).
 public struct Migrator: Sendable {
     public struct Options: Sendable {
-        /// `lock_timeout` for each migration, so a DDL statement never queues behind a long transaction for long.
-        public var lockTimeout: Duration = .seconds(5)
-        /// Further attempts after a lock timeout, with exponential backoff.
-        public var lockRetries = 3
+        /// `lock_timeout` for each migration, so a DDL statement never queues behind a long transaction for long:
+        /// while it waits, every request that touches the same table waits behind it, so this stays well under the
+        /// requests' own lock timeout (`POOPYPALS_LOCK_TIMEOUT`, 2 s), and a busy table is tried again later
+        /// (`lockRetries`) rather than waited for (issue 55: migrations under traffic).
+        public var lockTimeout: Duration = .milliseconds(500)
+        /// Further attempts after a lock timeout, with exponential backoff (capped at `maxLockRetryBackoff`).
+        public var lockRetries = 10
         public var lockRetryBackoff: Duration = .milliseconds(250)
+        public static let maxLockRetryBackoff: Duration = .seconds(4)
+        /// Also apply the post-deployment migrations (`sql/post/`), after any pending pre-deployment one: only once
+        /// no instance of the previous release serves (README "Upgrading").
+        public var postDeployment = false
         /// How long to wait for another runner's migration lock.
         public var advisoryLockWait: Duration = .seconds(60)
         public var allowOutOfOrder = false
@@ -197,7 +204,6 @@ public struct Migrator: Sendable {
     private func pendingFiles(applied: [AppliedMigration]) throws -> [MigrationFile] {
         let byVersion = Dictionary(uniqueKeysWithValues: files.map { ($0.version, $0) })
         let appliedVersions = Set(applied.map(\.version))
-        let latest = applied.map(\.version).max() ?? 0
         var problems: [MigrationProblem] = []
         for record in applied {
             guard let file = byVersion[record.version] else {
@@ -206,16 +212,23 @@ public struct Migrator: Sendable {
             }
             if file.checksum != record.checksum { problems.append(.drifted(version: file.version, fileName: file.fileName)) }
         }
-        var pending = files.filter { !appliedVersions.contains($0.version) }
+        var pending = files.filter { !appliedVersions.contains($0.version) && (options.postDeployment || $0.phase == .preDeployment) }
         if let target = options.target {
             if byVersion[target] == nil { problems.append(.unknownTarget(target)) }
             pending = pending.filter { $0.version <= target }
         }
         if !options.allowOutOfOrder {
-            for file in pending where file.version < latest {
-                problems.append(.outOfOrder(version: file.version, fileName: file.fileName, latestApplied: latest))
+            // Each phase is in order by itself: a release's post-deployment file waits for its step while the next
+            // release's pre-deployment files (numbered after it) are applied.
+            for file in pending {
+                let latestOfPhase = applied.filter { byVersion[$0.version]?.phase == file.phase }.map(\.version).max() ?? 0
+                if file.version < latestOfPhase {
+                    problems.append(.outOfOrder(version: file.version, fileName: file.fileName, latestApplied: latestOfPhase))
+                }
             }
         }
+        // Pre-deployment files first, then post-deployment ones (each in version order).
+        pending.sort { ($0.phase == .postDeployment ? 1 : 0, $0.version) < ($1.phase == .postDeployment ? 1 : 0, $1.version) }
         guard problems.isEmpty else { throw MigrationError.refused(problems) }
         return pending
     }
@@ -305,7 +318,7 @@ public struct Migrator: Sendable {
                         && attempt <= options.lockRetries {
                 // A deadlock too: roles are the server's, and two databases migrating at once (sql/0022) can each
                 // hold what the other's role statements need; the file rolls back whole and runs again.
-                let backoff = options.lockRetryBackoff * (1 << (attempt - 1))
+                let backoff = min(options.lockRetryBackoff * (1 << min(attempt - 1, 20)), Options.maxLockRetryBackoff)
                 logger.warning("\(file.fileName) timed out waiting for a lock; retrying",
                                metadata: ["attempt": "\(attempt)", "backoff_ms": "\(backoff.milliseconds)"])
                 Thread.sleep(forTimeInterval: backoff.seconds * Double.random(in: 0.8...1.2))

@@ -17,7 +17,7 @@ struct APIControllers: Sendable {
     /// Repositories are made once here: a repository resolves its metrics when it is created, which is no work
     /// for every request.
     init(database: Database, probe: ConnectionPool? = nil, tokens: TokenVerifier, metrics: PrometheusCollectorRegistry,
-         maxExports: Int = 4, clientNetwork: ClientNetwork = ClientNetwork()) {
+         maxExports: Int = 4, clientNetwork: ClientNetwork = ClientNetwork(), schema: SchemaGate? = nil) {
         let devices = DeviceRepository(database: database)
         device = DeviceController(devices: devices, clientNetwork: clientNetwork)
         logs = LogsController(logs: PoopLogRepository(database: database))
@@ -25,7 +25,7 @@ struct APIControllers: Sendable {
         sync = SyncController(sync: SyncRepository(database: database))
         dataRights = DataRightsController(devices: devices, export: DeviceExport(database: database), tokens: tokens,
                                           maxExports: maxExports)
-        operations = OperationsController(database: database, probe: probe, metrics: metrics)
+        operations = OperationsController(database: database, probe: probe, metrics: metrics, schema: schema)
     }
 
     func register(on router: Router<APIContext>) {

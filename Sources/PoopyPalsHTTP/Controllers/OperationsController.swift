@@ -11,6 +11,8 @@ struct OperationsController: Sendable {
     /// A pool of one for `/readyz`, so that readiness does not queue behind a busy request pool.
     let probe: ConnectionPool?
     let metrics: PrometheusCollectorRegistry
+    /// This release against the database's schema: `/readyz` asks it afresh.
+    var schema: SchemaGate? = nil
 
     func register(on router: Router<APIContext>) {
         router.get("/healthz", use: health)
@@ -62,6 +64,11 @@ struct OperationsController: Sendable {
                 context.logger.warning("not ready", metadata: ["request_id": "\(context.requestID)", "error": "\(error)"])
             }
             throw unavailable
+        }
+        // A release that cannot serve this schema is not ready: taken out by the load balancer, it is replaced.
+        if let schema, let verdict = await schema.check(), let refusal = SchemaGate.refusal(verdict) {
+            context.logger.warning("not ready: \(verdict.explanation)", metadata: ["request_id": "\(context.requestID)"])
+            throw refusal
         }
         return try JSONResponse.make(.ok, writing: StatusBody.ok)
     }

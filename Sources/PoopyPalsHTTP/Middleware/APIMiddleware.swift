@@ -24,6 +24,9 @@ struct APIMiddleware: RouterMiddleware {
     var tokensCommits = false
     let metrics: RequestMetrics
     let errors: ErrorMiddleware
+    /// This release against the database's schema (`SchemaGate`): a `/v1/` request is refused 503 before it reaches
+    /// the database while the release cannot serve it.
+    var schema: SchemaGate? = nil
 
     func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -75,9 +78,16 @@ struct APIMiddleware: RouterMiddleware {
     /// The handler's response, or the API's error for what it (or the query check) threw.
     private func answer(_ request: Request, _ context: APIContext, _ next: (Request, APIContext) async throws -> Response) async throws -> Response {
         do {
+            if let schema, let refusal = schema.refusal(), request.uri.path.hasPrefix("/v1/") { throw refusal }
             try StrictQuery.check(request)
             return try await next(request, context)
         } catch {
+            // An error a changed schema causes (a function, grant or column gone) is asked about at once: a release
+            // the database no longer supports answers 503 with Retry-After, never 500.
+            if let schema, SchemaCompatibility.mayFollowASchemaChange(error), let verdict = await schema.check(),
+               let refusal = SchemaGate.refusal(verdict) {
+                return try errors.answer(refusal, to: request, context: context)
+            }
             return try errors.answer(error, to: request, context: context)
         }
     }

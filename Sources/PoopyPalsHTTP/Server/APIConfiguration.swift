@@ -54,6 +54,9 @@ public struct APIConfiguration: Sendable {
     public var maxExports = 4
     /// How often the background looks for device erasures to finish (`ErasureWorker`); nil: never (tests).
     public var erasureInterval: Duration? = .seconds(5)
+    /// How often the instance asks whether its release can serve the database's schema (`SchemaGate`), beside
+    /// `/readyz` and right after an error a schema change causes.
+    public var schemaCheckInterval: Duration = .seconds(5)
     public var database: ConnectionConfiguration
     /// Standbys for read-only requests (`POOPYPALS_READ_DATABASE_URL`); nil: everything on `database`.
     public var readDatabase: ConnectionConfiguration?

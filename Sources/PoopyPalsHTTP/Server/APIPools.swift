@@ -10,7 +10,8 @@ import Prometheus
 import ServiceLifecycle
 
 /// The service's database pools: one for requests, one connection for readiness probes, one connection for work in
-/// the background (finishing erasures: it never takes a connection a request could use), and one for reads on
+/// the background (finishing erasures and asking whether this release serves the schema, `SchemaGate`: it never
+/// takes a connection a request could use), and one for reads on
 /// standbys when configured. The probe and background connections open when first used.
 struct APIPools: Sendable {
     let requests: ConnectionPool

@@ -33,14 +33,17 @@ func buildApplication(
                             quotas: configuration.quotas, rates: configuration.rates)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies)
+    // On the background connection (shared with the erasures), not the probe's: a schema check never makes
+    // readiness wait, and no instance opens a connection more for it.
+    let schema = SchemaGate(pool: pools.background, logger: logger)
     let routes = APIControllers(database: database, probe: pools.probe, tokens: tokens, metrics: registry,
-                                maxExports: configuration.maxExports, clientNetwork: clientNetwork)
+                                maxExports: configuration.maxExports, clientNetwork: clientNetwork, schema: schema)
     // The route templates, to answer a known path with a wrong method 405 and `Allow`.
     let templates = Router(context: APIContext.self)
     routes.register(on: templates)
     let router = Router(context: APIContext.self)
     router.middlewares.add(APIMiddleware(logger: logger, tokensCommits: pools.reads != nil, metrics: RequestMetrics(registry: registry),
-                                         errors: ErrorMiddleware(routes: RouteTable(templates))))
+                                         errors: ErrorMiddleware(routes: RouteTable(templates)), schema: schema))
     routes.register(on: router)
 
     // /metrics on a listener of its own (loopback by default): pool sizes and request counts are not for the public.
@@ -65,7 +68,7 @@ func buildApplication(
         },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil,
                              availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections, logger: logger)),
-        services: [PoolShutdown(pools: pools, logger: logger), metrics]
+        services: [PoolShutdown(pools: pools, logger: logger), metrics, SchemaWatch(gate: schema, interval: configuration.schemaCheckInterval)]
             + (configuration.erasureInterval.map { interval in
                 [ErasureWorker(erasures: PendingErasures(database: Database(pool: pools.background, timeouts: configuration.timeouts)),
                                interval: interval, logger: logger)] } ?? []),

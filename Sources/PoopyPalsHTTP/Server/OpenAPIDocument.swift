@@ -6,7 +6,7 @@ enum OpenAPIDocument {
 openapi: 3.1.0
 info:
   title: PoopyPals API
-  version: 1.0.0
+  version: 1.1.0
   description: |
     The service the PoopyPals app calls. Every device route needs `X-Device-ID` (a UUID the device generated,
     treated like a password); PostgreSQL row-level security limits every request to that device's rows.
@@ -648,7 +648,9 @@ components:
         changed), `outcome_unknown` (the database failed while committing this request, and the service could not
         settle it before its deadline: it may or may not have been applied; send the same request again, which is
         safe: a log carries its id, a profile or device write and a sync push with the same content are
-        recognised).
+        recognised), `schema_behind` (this instance's release needs migrations the database lacks: it is being
+        deployed; nothing was changed), `release_unsupported` (this instance runs a release older than the
+        database supports, during a deploy; nothing was changed: another instance can serve).
       headers:
         Retry-After: { schema: { type: integer } }
         X-Request-ID: { $ref: '#/components/headers/RequestID' }
