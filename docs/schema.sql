@@ -814,7 +814,8 @@ CREATE TABLE public.schema_migrations (
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL,
     execution_ms double precision NOT NULL,
-    applied_by text DEFAULT CURRENT_USER NOT NULL
+    applied_by text DEFAULT CURRENT_USER NOT NULL,
+    release text
 );
 
 ALTER TABLE public.schema_migrations OWNER TO <login>;

@@ -102,10 +102,11 @@ elif ! previous=$(SWIFT="$SWIFT" scripts/release.sh previous 2> >(tee "$logs/pre
 else
   previous_version=$(scripts/release.sh previous-version | cut -d' ' -f1)
   echo "test: release $previous_version's own HTTP suite on this release's pre-deployment migrations" >&2
-  if ! ( flock 9
+  # Each step checked: set -e does not hold inside `if !`, and a failed cd would run this release's suite instead.
+  if ! ( flock 9 || exit 1
          trap 'rm -rf "$previous/src/sql"; cp -R "$previous/sql" "$previous/src/sql"' EXIT
-         rm -rf "$previous/src/sql"; mkdir "$previous/src/sql"; cp sql/*.sql "$previous/src/sql/"
-         cd "$previous/src"
+         rm -rf "$previous/src/sql" && mkdir "$previous/src/sql" && cp sql/*.sql "$previous/src/sql/" || exit 1
+         cd "$previous/src" || exit 1
          DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
            POOPYPALS_TEST_PG_BINDIR=${bindirs[0]} "$SWIFT" test --skip-build --disable-xctest --filter PoopyPalsHTTPTests \
            --skip LoadTests ) 9>"$previous.lock" 2>&1 | tee "$logs/previous-http.log"; then
@@ -114,7 +115,7 @@ else
     echo "test: release $previous_version's HTTP suite ran no test" | tee -a "$logs/previous-http.log" >&2
     fail "release $previous_version's HTTP suite on this release's migrations" "$logs/previous-http.log"
   fi
-  if ! python3 scripts/upgrade_drill.py --previous-binary "$previous/src/.build/debug/poopypals" \
+  if ! timeout 600 python3 scripts/upgrade_drill.py --previous-binary "$previous/src/.build/debug/poopypals" \
        --previous-migrations "$previous/sql" --binary "$("$SWIFT" build --show-bin-path)/poopypals" --migrations-dir sql \
        --database-url "${urls[0]}" 2>&1 | tee "$logs/upgrade.log"; then
     fail "rolling upgrade and rollback from release $previous_version" "$logs/upgrade.log"

@@ -106,6 +106,12 @@ extension Migrate {
                 print(applied.isEmpty
                       ? "Nothing to apply; the database is at version \(version)."
                       : "Applied \(applied.count) migration\(applied.count == 1 ? "" : "s"); the database is at version \(version).")
+                let later = status.entries.filter { $0.state == .newer }
+                if !later.isEmpty {
+                    print("note: the database also has \(later.count) migration\(later.count == 1 ? "" : "s") of a later release ("
+                          + later.map { String(format: "%04lld", $0.version) }.joined(separator: ", ")
+                          + "), left as they are: this release serves it while its oldest supported release allows (README \"Upgrading\").")
+                }
                 let waiting = status.pendingPostDeployment
                 if !waiting.isEmpty {
                     print("\(waiting.count) post-deployment migration\(waiting.count == 1 ? " waits" : "s wait") ("

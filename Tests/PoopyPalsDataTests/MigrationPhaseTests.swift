@@ -3,6 +3,7 @@ import PoopyPalsData
 import PostgresClient
 import Testing
 import TestSupport
+import Values
 
 /// Migrations in two phases (issue 55): `sql/post/` waits for `migrate --post-deployment`.
 @Suite("Migration phases")
@@ -57,14 +58,16 @@ struct MigrationPhaseTests {
         }
     }
 
-    @Test func postDeploymentAppliesPendingPreDeploymentFilesFirst() async throws {
+    /// In version order, as a database upgraded release by release with each post-deployment step on time met them:
+    /// a fresh database gets the same schema.
+    @Test func postDeploymentAppliesEverythingPendingInVersionOrder() async throws {
         let root = try Self.folder(pre: ["0001_t.sql": "CREATE TABLE t (v int)", "0004_later.sql": "ALTER TABLE t ADD COLUMN w int"],
                                    post: ["0002_p.sql": "ALTER TABLE t ADD COLUMN p int"])
         defer { try? FileManager.default.removeItem(at: root) }
         let files = try MigrationFile.load(directory: root)
         try await TestDatabase.with { db in
             let applied = try await db.withConnection { try Migrator(files: files, options: Self.postDeployment).migrate(on: $0).map(\.file.version) }
-            #expect(applied == [1, 4, 2])
+            #expect(applied == [1, 2, 4])
         }
     }
 
@@ -92,6 +95,32 @@ struct MigrationPhaseTests {
             let post = try await TestProject.run(["migrate", "--post-deployment"] + sql)
             #expect(post.status == 0, "\(post.stderr)")
             #expect(try await TestProject.run(["migrate", "status"] + sql).status == 0)
+        }
+    }
+
+    /// A rollback's instances run the previous release, whose `migrate` (Compose runs it before `serve`) meets the
+    /// later release's files: left as they are, not refused as missing; a file deleted from a release still is.
+    @Test func aLaterReleasesFilesAreNotMissingButADeletedFileIs() async throws {
+        let both = try MigratorTests.files(["0001_a.sql": "CREATE TABLE a (id int);", "0002_b.sql": "CREATE TABLE b (id int);"])
+        var later = Migrator.Options()
+        later.release = SemanticVersion(9, 0, 0)
+        var current = Migrator.Options()
+        current.release = SemanticVersion(8, 0, 0)
+        let (laterOptions, currentOptions) = (later, current)
+        try await TestDatabase.with { db in
+            try await MigratorTests.migrate(db, [both[0]], currentOptions)
+            try await MigratorTests.migrate(db, both, laterOptions)
+            let status = try await db.withConnection { try Migrator(files: [both[0]], options: currentOptions).status(on: $0) }
+            #expect(status.entries.map(\.state) == [.applied, .newer])
+            #expect(status.isUpToDate)
+            #expect(try await MigratorTests.migrate(db, [both[0]], currentOptions).isEmpty)
+            let recorded = try await db.withConnection { try $0.query("SELECT release FROM schema_migrations ORDER BY version").map { try $0.decode(0, as: String.self) } }
+            #expect(recorded == ["8.0.0", "9.0.0"])
+        }
+        try await TestDatabase.with { db in
+            try await MigratorTests.migrate(db, both, currentOptions)
+            let refused = await #expect(throws: MigrationError.self) { try await MigratorTests.migrate(db, [both[0]], currentOptions) }
+            #expect(refused.map { "\($0)" }?.contains("version 2 (b) is recorded as applied but its file is missing") == true)
         }
     }
 }

@@ -76,12 +76,13 @@ struct ExecutorTests {
             let pool = db.pool(size: 1)
             let started = ContinuousClock.now
             let task = Task(executorPreference: pool.taskExecutor()) {
-                try await pool.withConnection { try $0.query("SELECT pg_sleep(30)") }
+                try await pool.withConnection { try $0.query("SELECT pg_sleep(300)") }
             }
             try await Task.sleep(for: .milliseconds(300))
             task.cancel()
             await #expect(throws: (any Error).self) { try await task.value }
-            #expect(ContinuousClock.now - started < .seconds(15))
+            // Not the 300 s asked for; 15 s with a 30 s sleep took 17.3 s under make test's load once (issue 56).
+            #expect(ContinuousClock.now - started < .seconds(120))
             // Nothing keeps sleeping on the server (in this test's database: other tests sleep too), and the pool
             // works on the executor.
             let deadline = ContinuousClock.now + .seconds(5)
@@ -91,7 +92,7 @@ struct ExecutorTests {
                     try await pool.withConnection { conn in
                         try conn.query("""
                             SELECT count(*) FROM pg_stat_activity
-                            WHERE datname = \(db.name) AND query LIKE '%pg_sleep(30)%' AND state = 'active' AND pid <> pg_backend_pid()
+                            WHERE datname = \(db.name) AND query LIKE '%pg_sleep(300)%' AND state = 'active' AND pid <> pg_backend_pid()
                             """)[0].decode(0, as: Int.self)
                     }
                 }
@@ -144,7 +145,8 @@ struct ExecutorTests {
             let late = Task(executorPreference: executor) { try await pool.withConnection { _ in } }
             let error = await #expect(throws: PostgresClientError.self) { try await late.value }
             #expect(error?.kind == .poolClosed)
-            #expect(ContinuousClock.now - clock < .seconds(60))
+            // A hang never ends; 64 s under make test's load once (issue 56): a bound only a hang reaches.
+            #expect(ContinuousClock.now - clock < .seconds(300))
         }
     }
 

@@ -123,18 +123,20 @@ struct RobustConnectionTests {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 1)
             let started = ContinuousClock.now
-            let task = Task { try await pool.withConnection { try $0.query("SELECT pg_sleep(30)") } }
+            let task = Task { try await pool.withConnection { try $0.query("SELECT pg_sleep(300)") } }
             try await Task.sleep(for: .milliseconds(300))
             task.cancel()
             await #expect(throws: (any Error).self) { try await task.value }
-            #expect(ContinuousClock.now - started < .seconds(15))  // not the 30 s the statement asked for
+            // Not the 300 s the statement asked for; a bound no loaded machine comes near (15 s with a 30 s sleep
+            // took 18.8 s once under make test's load, issue 56).
+            #expect(ContinuousClock.now - started < .seconds(120))
             // Nothing keeps sleeping on the server.
             let deadline = ContinuousClock.now + .seconds(5)
             var sleeping = 1
             while sleeping > 0, ContinuousClock.now < deadline {
                 sleeping = try await db.withConnection { conn in
                     try conn.query("""
-                        SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND state = 'active' AND query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()
+                        SELECT count(*) FROM pg_stat_activity WHERE datname = \(db.name) AND state = 'active' AND query LIKE '%pg_sleep(300)%' AND pid <> pg_backend_pid()
                         """)[0].decode(0, as: Int.self)
                 }
                 if sleeping > 0 { try await Task.sleep(for: .milliseconds(50)) }
@@ -235,7 +237,8 @@ struct RobustConnectionTests {
                 await borrowers.value
                 #expect(pool.statistics.inUse == 0)
             }
-            #expect(ContinuousClock.now - clock < .seconds(60))
+            // A hang never ends; 40 rounds took 62 s under make test's load once (issue 56): a bound only a hang reaches.
+            #expect(ContinuousClock.now - clock < .seconds(300))
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Values
 
 /// Every migration the files or the history know of, with its state.
 public struct MigrationStatus: Sendable {
@@ -8,6 +9,8 @@ public struct MigrationStatus: Sendable {
         case drifted
         /// Applied, but the file is gone.
         case missing
+        /// Applied by a later release's `migrate` (this release is older: a rollback): not this release's file.
+        case newer
     }
 
     public struct Entry: Sendable {
@@ -21,7 +24,7 @@ public struct MigrationStatus: Sendable {
 
     public let entries: [Entry]
 
-    init(files: [MigrationFile], applied: [Migrator.AppliedMigration]) {
+    init(files: [MigrationFile], applied: [Migrator.AppliedMigration], release: SemanticVersion = Release.version) {
         let records = Dictionary(uniqueKeysWithValues: applied.map { ($0.version, $0) })
         var entries = files.map { file -> Entry in
             guard let record = records[file.version] else {
@@ -32,17 +35,18 @@ public struct MigrationStatus: Sendable {
         }
         let known = Set(files.map(\.version))
         entries += applied.filter { !known.contains($0.version) }.map {
-            Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: .missing, phase: nil)
+            let newer = $0.release.map { $0 > release } ?? false
+            return Entry(version: $0.version, name: $0.name, appliedAt: $0.appliedAt, state: newer ? .newer : .missing, phase: nil)
         }
         self.entries = entries.sorted { $0.version < $1.version }
     }
 
-    /// True when every file is applied unchanged and no applied file is missing.
-    public var isUpToDate: Bool { entries.allSatisfy { $0.state == .applied } }
+    /// True when every file is applied unchanged and no applied file is missing (a later release's files aside).
+    public var isUpToDate: Bool { entries.allSatisfy { $0.state == .applied || $0.state == .newer } }
 
     /// True when everything but post-deployment files is applied unchanged: what instances of this release need.
     public var preDeploymentDone: Bool {
-        entries.allSatisfy { $0.state == .applied || ($0.state == .pending && $0.phase == .postDeployment) }
+        entries.allSatisfy { $0.state == .applied || $0.state == .newer || ($0.state == .pending && $0.phase == .postDeployment) }
     }
 
     /// The post-deployment files not applied yet.

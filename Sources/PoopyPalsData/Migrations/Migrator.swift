@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresClient
+import Values
 
 /// Applies `sql/NNNN_name.sql` files in order, each with its history row in one transaction (or statement by
 /// statement for files headed `-- poopypals:no-transaction`), under a session advisory lock so that concurrent
@@ -22,6 +23,9 @@ public struct Migrator: Sendable {
         /// Also apply the post-deployment migrations (`sql/post/`), after any pending pre-deployment one: only once
         /// no instance of the previous release serves (README "Upgrading").
         public var postDeployment = false
+        /// The release running this: recorded with each file it applies, so that a later release's files are told
+        /// from a file deleted from this one (`MigrationStatus.State.newer`).
+        public var release = Release.version
         /// How long to wait for another runner's migration lock.
         public var advisoryLockWait: Duration = .seconds(60)
         public var allowOutOfOrder = false
@@ -40,6 +44,8 @@ public struct Migrator: Sendable {
         public let name: String
         public let checksum: String
         public let appliedAt: Date
+        /// The release whose `migrate` applied it (nil before 1.1.0).
+        public let release: SemanticVersion?
     }
 
     /// A file this run applied.
@@ -113,6 +119,9 @@ public struct Migrator: Sendable {
         )
         """
 
+    /// Since 1.1.0: which release applied each file. Added beside what 1.0.0 reads and writes (it names its columns).
+    static let releaseColumnSQL = "ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS release text"
+
     public let files: [MigrationFile]
     public let options: Options
     private let logger: Logger
@@ -132,7 +141,7 @@ public struct Migrator: Sendable {
 
     /// Every known version and its state. Changes nothing.
     public func status(on connection: Connection) throws -> MigrationStatus {
-        MigrationStatus(files: files, applied: try appliedMigrations(on: connection))
+        MigrationStatus(files: files, applied: try appliedMigrations(on: connection), release: options.release)
     }
 
     /// Applies what is pending.
@@ -159,6 +168,7 @@ public struct Migrator: Sendable {
         }
         try runPreflights(for: pending, on: connection)
         try connection.executeScript(Self.historyTableSQL)
+        if try !Self.hasReleaseColumn(on: connection) { try connection.executeScript(Self.releaseColumnSQL) }
         if pending.isEmpty { logger.info("database is up to date") }
         let restorePoint = pending.isEmpty || !options.createRestorePoint
             ? nil : try makeRestorePoint(from: applied.last?.version, on: connection)
@@ -195,10 +205,21 @@ public struct Migrator: Sendable {
     private func appliedMigrations(on connection: Connection) throws -> [AppliedMigration] {
         let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL")[0].decode(0, as: Bool.self)
         guard exists else { return [] }
-        return try connection.query("SELECT version, name, checksum, applied_at FROM schema_migrations ORDER BY version").map {
+        let rows = try Self.hasReleaseColumn(on: connection)
+            ? connection.query("SELECT version, name, checksum, applied_at, release FROM schema_migrations ORDER BY version")
+            : connection.query("SELECT version, name, checksum, applied_at, NULL::text AS release FROM schema_migrations ORDER BY version")
+        return try rows.map {
             AppliedMigration(version: try $0.decode("version"), name: try $0.decode("name"),
-                             checksum: try $0.decode("checksum"), appliedAt: try $0.decode("applied_at"))
+                             checksum: try $0.decode("checksum"), appliedAt: try $0.decode("applied_at"),
+                             release: try $0.decode("release", as: String?.self).flatMap { SemanticVersion($0) })
         }
+    }
+
+    private static func hasReleaseColumn(on connection: Connection) throws -> Bool {
+        try connection.query("""
+            SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('schema_migrations') AND attname = 'release'
+                           AND NOT attisdropped) AS has
+            """)[0].decode("has", as: Bool.self)
     }
 
     private func pendingFiles(applied: [AppliedMigration]) throws -> [MigrationFile] {
@@ -207,6 +228,8 @@ public struct Migrator: Sendable {
         var problems: [MigrationProblem] = []
         for record in applied {
             guard let file = byVersion[record.version] else {
+                // Applied by a later release (a rollback's instances run this one): not this release's to judge.
+                if let release = record.release, release > options.release { continue }
                 problems.append(.missing(version: record.version, name: record.name))
                 continue
             }
@@ -218,17 +241,20 @@ public struct Migrator: Sendable {
             pending = pending.filter { $0.version <= target }
         }
         if !options.allowOutOfOrder {
-            // Each phase is in order by itself: a release's post-deployment file waits for its step while the next
-            // release's pre-deployment files (numbered after it) are applied.
+            // A post-deployment file may wait for its step while the next release's pre-deployment files (numbered
+            // after it) are applied: it is in order among post-deployment files. A pre-deployment file is in order
+            // among every applied file of this release's.
             for file in pending {
-                let latestOfPhase = applied.filter { byVersion[$0.version]?.phase == file.phase }.map(\.version).max() ?? 0
-                if file.version < latestOfPhase {
-                    problems.append(.outOfOrder(version: file.version, fileName: file.fileName, latestApplied: latestOfPhase))
+                let latest = applied.filter { file.phase == .preDeployment ? byVersion[$0.version] != nil : byVersion[$0.version]?.phase == file.phase }
+                    .map(\.version).max() ?? 0
+                if file.version < latest {
+                    problems.append(.outOfOrder(version: file.version, fileName: file.fileName, latestApplied: latest))
                 }
             }
         }
-        // Pre-deployment files first, then post-deployment ones (each in version order).
-        pending.sort { ($0.phase == .postDeployment ? 1 : 0, $0.version) < ($1.phase == .postDeployment ? 1 : 0, $1.version) }
+        // In version order: the order a database upgraded release by release, each post-deployment step on time, met
+        // them in (a fresh database gets the same schema).
+        pending.sort { $0.version < $1.version }
         guard problems.isEmpty else { throw MigrationError.refused(problems) }
         return pending
     }
@@ -385,8 +411,8 @@ public struct Migrator: Sendable {
 
     private func record(_ file: MigrationFile, duration: Duration, on connection: Connection) throws {
         try connection.execute("""
-            INSERT INTO schema_migrations (version, name, checksum, execution_ms)
-            VALUES (\(file.version), \(file.name), \(file.checksum), \(duration.seconds * 1000))
+            INSERT INTO schema_migrations (version, name, checksum, execution_ms, release)
+            VALUES (\(file.version), \(file.name), \(file.checksum), \(duration.seconds * 1000), \(options.release.description))
             """)
     }
 

@@ -65,10 +65,15 @@ struct OperationsController: Sendable {
             }
             throw unavailable
         }
-        // A release that cannot serve this schema is not ready: taken out by the load balancer, it is replaced.
-        if let schema, let verdict = await schema.check(), let refusal = SchemaGate.refusal(verdict) {
-            context.logger.warning("not ready: \(verdict.explanation)", metadata: ["request_id": "\(context.requestID)"])
-            throw refusal
+        // A release that cannot serve this schema is not ready: taken out by the load balancer, it is replaced. When
+        // it cannot be asked now (within 1 s), the last answer stands, as it does for requests.
+        if let schema {
+            let verdict = await schema.check(within: .seconds(1))
+            if let verdict, let refusal = SchemaGate.refusal(verdict) {
+                context.logger.warning("not ready: \(verdict.explanation)", metadata: ["request_id": "\(context.requestID)"])
+                throw refusal
+            }
+            if verdict == nil, let refusal = schema.refusal() { throw refusal }
         }
         return try JSONResponse.make(.ok, writing: StatusBody.ok)
     }
