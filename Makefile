@@ -4,7 +4,7 @@ SWIFT ?= swift
 # Recursive (=): asked of SwiftPM only by the targets that use it, not for every target at parse time.
 BIN = $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
-.PHONY: help run test bench build db-start db-stop db-reset migrate status schema
+.PHONY: help run test check bench build db-start db-stop db-reset migrate status schema
 
 ## make help: list the targets (from these ## lines)
 help:
@@ -18,6 +18,10 @@ run: build
 ## (with DATABASE_URL set: once, against it)
 test:
 	@SWIFT="$(SWIFT)" scripts/test.sh
+
+## make check: the quick check for every commit: build, then the unit tests and the PostgreSQL 15 suite only
+check:
+	@SWIFT="$(SWIFT)" scripts/test.sh --quick
 
 ## make bench: our data layer and API beside pgbench on the same SQL (release build; updates bench/README.md)
 bench:

@@ -12,9 +12,17 @@
 # distributed schema), `coordinator` (the suites again on the Citus coordinator), `load`, `large` (.ci/run's second run, from a private clone, where these add no path to check),
 # `previous` (the previous release beside this one).
 # SWIFT chooses the swift command (default `swift`).
+# `scripts/test.sh --quick` (`make check`): the quick check for every commit: the build and the first server's
+# suite (unit, integration, CLI and HTTP tests on PostgreSQL 15), nothing else; `make test` stays the gate.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SWIFT=${SWIFT:-swift}
+quick=false
+case "${1:-}" in
+  --quick) quick=true ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 
 # "15", "18", or empty when psql is missing or the server does not answer.
 major_version() {
@@ -35,6 +43,21 @@ skipped() {  # STAGE WHAT: true, having said so, when POOPYPALS_TEST_SKIP names 
   [[ " ${POOPYPALS_TEST_SKIP:-} " == *" $1 "* ]] || return 1
   echo "test: NOT RUN: $2 (POOPYPALS_TEST_SKIP=${POOPYPALS_TEST_SKIP})" >&2
 }
+# Each stage's time, printed at the end (issue 56: growth is seen when it happens). A stage runs from its header to
+# the next one; "set-up" is everything before the first (installs, servers, the build).
+stage_names=() stage_seconds=() stage_current="set-up (servers, Citus, the build)" stage_started=$SECONDS
+stage_header() {  # TITLE: ends the running stage, prints TITLE as the next one's header
+  stage_names+=("$stage_current") stage_seconds+=($((SECONDS - stage_started)))
+  stage_current=$1 stage_started=$SECONDS
+  echo "== $1 =="
+}
+stage_times() {
+  stage_names+=("$stage_current") stage_seconds+=($((SECONDS - stage_started)))
+  echo "test: time per stage (s):" >&2
+  local i
+  for i in "${!stage_names[@]}"; do printf 'test: %6d  %s\n' "${stage_seconds[$i]}" "${stage_names[$i]}" >&2; done
+  printf 'test: %6d  in all\n' "$SECONDS" >&2
+}
 citus_said=$logs/citus-script.log
 if [ -n "${DATABASE_URL:-}" ]; then
   # An external server: no local binaries needed. What needs more than DATABASE_URL is said, not skipped silently.
@@ -47,12 +70,14 @@ else
   # Citus for the Citus stage below, first: building it installs postgresql-server-dev, which upgrades PostgreSQL 15's
   # minor under any server of it that runs. Exit 3 is "cannot here" (said why), not a failure.
   citus_install=0
-  scripts/citus.sh install 2> >(tee "$citus_said" >&2) || citus_install=$?
+  $quick || scripts/citus.sh install 2> >(tee "$citus_said" >&2) || citus_install=$?
   url=$(scripts/db.sh start); bouncer=$(scripts/db.sh pgbouncer)
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
   superusers+=("$(scripts/db.sh superuser-url)") bindirs+=("$(scripts/db.sh bindir)")
-  if [ "$system_version" = 18 ]; then
+  if $quick; then
+    :
+  elif [ "$system_version" = 18 ]; then
     echo "test: the system PostgreSQL is already 18; no second cluster" >&2
   else
     url=$(POOPYPALS_PG_VERSION=18 scripts/db.sh start); bouncer=$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer)
@@ -69,7 +94,7 @@ fi
 
 for i in "${!labels[@]}"; do
   echo
-  echo "== ${labels[$i]} =="
+  stage_header "${labels[$i]}"
   if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} \
        POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests --skip LargeDeviceTests --skip CitusTests \
        2>&1 | tee "$logs/suite-$i.log"; then
@@ -77,10 +102,18 @@ for i in "${!labels[@]}"; do
   fi
 done
 
+if $quick; then
+  echo
+  stage_times
+  [ ${#failed[@]} -eq 0 ] || { echo "test: FAILED on ${failed[*]} (the quick check)" >&2; exit 1; }
+  echo "test: the quick check passed on ${labels[0]} (make test is the gate)"
+  exit 0
+fi
+
 # docs/schema.sql, the schema as the migrations leave it, made again and compared (on PostgreSQL 15, whose pg_dump
 # wrote it): a migration added without `make schema` fails here.
 echo
-echo "== docs/schema.sql is what the migrations make (scripts/schema.sh check) =="
+stage_header "docs/schema.sql is what the migrations make (scripts/schema.sh check)"
 if [ "$(major_version "${urls[0]}")" != 15 ]; then
   echo "test: NOT RUN: the schema file check (docs/schema.sql is PostgreSQL 15's pg_dump; ${labels[0]} here)" >&2
 elif ! POOPYPALS_BINARY="$("$SWIFT" build --show-bin-path)/poopypals" scripts/schema.sh check \
@@ -94,7 +127,7 @@ fi
 # then scripts/upgrade_drill.py: a rolling upgrade and a rollback under load, old and new binaries side by side,
 # with no failed request and nothing acknowledged lost. A migration the previous release cannot survive fails here.
 echo
-echo "== the previous release beside this one (scripts/release.sh, scripts/upgrade_drill.py; ${labels[0]}) =="
+stage_header "the previous release beside this one (scripts/release.sh, scripts/upgrade_drill.py; ${labels[0]})"
 if skipped previous "the previous release beside this one"; then
   :
 elif ! previous=$(SWIFT="$SWIFT" scripts/release.sh previous 2> >(tee "$logs/previous-build.log" >&2)); then
@@ -128,7 +161,7 @@ distributed_suites='DeviceIsolationTests|DeviceAndLogRepositoryTests|UserReposit
 # Citus (issue 45): a coordinator and two workers (scripts/citus.sh), and what they carry to the workers of the
 # mechanisms our schema and request context rest on (CitusTests). Only on the project's own servers.
 echo
-echo "== Citus: a coordinator and two workers (scripts/citus.sh) =="
+stage_header "Citus: a coordinator and two workers (scripts/citus.sh)"
 if [ -n "${DATABASE_URL:-}" ]; then
   echo "test: NOT RUN: the Citus tests (they start their own cluster: run make test without DATABASE_URL)" >&2
 elif [ "$citus_install" = 3 ]; then
@@ -153,7 +186,7 @@ else
     # policies are checked where its shard is. No template can be copied there: a few seconds per test, so these
     # suites only (the ones the device's requests go through); the rest run on the coordinator's own tables below.
     echo
-    echo "== The device's suites on the distributed schema (a database on every node per test) =="
+    stage_header "The device's suites on the distributed schema (a database on every node per test)"
     if skipped distributed "the device's suites on the distributed schema"; then
       :
     elif ! POOPYPALS_TEST_CITUS_DISTRIBUTED=1 DATABASE_URL=$citus_url POOPYPALS_TEST_SUPERUSER_URL=$(scripts/citus.sh superuser-url) \
@@ -169,7 +202,7 @@ else
     # own (not distributed yet). One test at a time: sixty databases getting citus at once on two cores ran the
     # coordinator out of locks and connections, and requests into their 5 s statement timeouts.
     echo
-    echo "== The suites on the Citus coordinator (citus in every test database) =="
+    stage_header "The suites on the Citus coordinator (citus in every test database)"
     if skipped coordinator "the suites on the Citus coordinator"; then
       :
     elif ! POOPYPALS_TEST_EXTENSION=citus DATABASE_URL=$citus_url POOPYPALS_TEST_SUPERUSER_URL=$(scripts/citus.sh superuser-url) \
@@ -184,7 +217,7 @@ fi
 # Thousands of connections to a server process take both cores for a while: alone, after the rest, once (they
 # test the HTTP server, not the database version), so that they neither disturb nor are disturbed by timing tests.
 echo
-echo "== under load (${labels[0]}) =="
+stage_header "under load (${labels[0]})"
 if skipped load "the tests under load"; then
   :
 elif ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
@@ -195,7 +228,7 @@ fi
 
 # A device with a million logs rotated and erased (issue 41): a minute of one core, alone for the same reason, once.
 echo
-echo "== a device with a million logs (${labels[0]}) =="
+stage_header "a device with a million logs (${labels[0]})"
 if skipped large "the device with a million logs"; then
   :
 elif ! DATABASE_URL=${urls[0]} PGBOUNCER_URL=${bouncers[0]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[0]} \
@@ -206,14 +239,14 @@ fi
 
 # The client swift-openapi-generator makes from openapi.yaml calls every route (clients/swift, its own package).
 echo
-echo "== the generated Swift client (${labels[0]}) =="
+stage_header "the generated Swift client (${labels[0]})"
 if ! SWIFT="$SWIFT" scripts/client.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals" 2>&1 | tee "$logs/client.log"; then
   fail "generated client" "$logs/client.log"
 fi
 
 # The spec and the server agree under a fuzzer (schemathesis from PyPI, in .venv-st), once.
 echo
-echo "== fuzzing openapi.yaml (${labels[0]}) =="
+stage_header "fuzzing openapi.yaml (${labels[0]})"
 if ! scripts/fuzz.sh "${urls[0]}" "$("$SWIFT" build --show-bin-path)/poopypals" 2>&1 | tee "$logs/fuzzing.log"; then
   fail "fuzzing" "$logs/fuzzing.log"
 fi
@@ -226,7 +259,7 @@ fi
 # the project's own servers (not with DATABASE_URL), and where pg_auto_failover is installed or installable (root).
 if [ -z "${DATABASE_URL:-}" ]; then
   echo
-  echo "== failover on a pg_auto_failover cluster (scripts/failover.py) =="
+  stage_header "failover on a pg_auto_failover cluster (scripts/failover.py)"
   if ! command -v pg_autoctl >/dev/null && [ "$(id -u)" != 0 ]; then
     echo "test: NOT RUN: the failover scenarios (install pg-auto-failover-cli, postgresql-15-auto-failover and pgbouncer, or run as root)" >&2
   else
@@ -239,18 +272,19 @@ if [ -z "${DATABASE_URL:-}" ]; then
     fi
     # Reads on the standby that never show less than the write (Consistency-Token), with its replay delayed.
     echo
-    echo "== reads on a standby (scripts/readscale.py) =="
+    stage_header "reads on a standby (scripts/readscale.py)"
     python3 scripts/readscale.py --binary "$bin" 2>&1 | tee "$logs/readscale.log" || fail "reads on a standby" "$logs/readscale.log"
     # Restores from the pgBackRest repository: a mistaken DELETE undone to the second (also after a failover), the
     # loss of every node (RPO, RTO), a migration undone by its restore point.
     echo
-    echo "== restore drills (scripts/backup_drill.py) =="
+    stage_header "restore drills (scripts/backup_drill.py)"
     python3 scripts/backup_drill.py --binary "$bin" --keep-cluster 2>&1 | tee "$logs/drills.log" || fail "restore drills" "$logs/drills.log"
     scripts/cluster.sh stop >/dev/null 2>&1 || true
   fi
 fi
 
 echo
+stage_times
 if [ ${#failed[@]} -gt 0 ]; then
   # Swift Testing marks each issue of a failed test with ✘ … recorded an issue, followed by its ↳ lines (what was
   # expected, the comment) and the comment's further lines, indented (a server's log). Only those, compact: CI shows

@@ -130,7 +130,9 @@ public struct TestDatabase: Sendable {
     }
 
     /// Drops the database. An autovacuum worker busy in it cannot be terminated by a non-superuser on
-    /// PostgreSQL 17+ ("permission denied to terminate process"), so that case is retried for a while.
+    /// PostgreSQL 17+ ("permission denied to terminate process"), nor Citus's maintenance daemon on a coordinator
+    /// ("must be a superuser to terminate superuser process": it outlived 10 s of retries once under make test's
+    /// load), so that case is retried for up to 30 s.
     private func drop(using admin: ConnectionPool) async throws {
         var attempt = 0
         while true {
@@ -141,7 +143,7 @@ public struct TestDatabase: Sendable {
                     try $0.executeScript("DROP ROLE IF EXISTS poopypals_app_\(name), poopypals_profiles_\(name)")
                 }
                 return
-            } catch let error as PostgresError where error.sqlState == .insufficientPrivilege && attempt < 50 {
+            } catch let error as PostgresError where error.sqlState == .insufficientPrivilege && attempt < 150 {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(200))
             }
