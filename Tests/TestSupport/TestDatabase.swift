@@ -221,23 +221,32 @@ extension TestDatabase {
         holdingFor seconds: Double, release: Locked<Bool>? = nil, _ body: @escaping @Sendable (Connection) throws -> Void
     ) async throws -> Task<Void, any Error> {
         let ready = Locked(false)
+        let failed = Locked<String?>(nil)
         let pool = pool(size: 1)
         let task = Task {
             defer { Task { await pool.close() } }
-            try await pool.withConnection { conn in
-                try conn.transaction { conn in
-                    try body(conn)
-                    ready.withLock { $0 = true }
-                    let end = Date().addingTimeInterval(seconds)
-                    while Date() < end && release?.value != true { Thread.sleep(forTimeInterval: 0.01) }
+            do {
+                try await pool.withConnection { conn in
+                    try conn.transaction { conn in
+                        try body(conn)
+                        ready.withLock { $0 = true }
+                        let end = Date().addingTimeInterval(seconds)
+                        while Date() < end && release?.value != true { Thread.sleep(forTimeInterval: 0.01) }
+                    }
                 }
+            } catch {
+                failed.withLock { $0 = "\(error)" }
+                throw error
             }
         }
-        let deadline = ContinuousClock.now + .seconds(10)
+        // Its connection and first statement, waited for rather than raced: 10 s was outlived once under make test's
+        // load (MigratorTests, 2026-11-29; issue 56). A session that failed says why at once.
+        let deadline = ContinuousClock.now + .seconds(60)
         while !ready.value {
+            if let failure = failed.value { throw SetupError("the other session failed: \(failure)") }
             if ContinuousClock.now > deadline {
                 task.cancel()
-                throw SetupError("the other session did not get going")
+                throw SetupError("the other session did not get going in 60 s")
             }
             try await Task.sleep(for: .milliseconds(5))
         }
