@@ -300,9 +300,12 @@ class SingleCopyWatch:
     bound up to ~2.5 s). So: the primary of before the fault never, a promoted node for at most PROMOTED_WINDOW
     seconds in a row.
 
-    Each node is sampled by a thread of its own, every 0.5 s at best (2 s at most a sample: a hung node costs its
+    Each node is sampled by a thread of its own, every 0.2 s at best (was 0.5 s: the window's bound grows with the
+    spacing of the samples around it, and it once reached 3.4 s for a window pg_autoctl logged as under 1 s, on a
+    cluster just made; 2 s at most a sample: a hung node costs its
     own thread that, not the others'; asked one after another, a hung old primary spaced every sample ~2.5 s apart,
-    and the new primary's window after a promotion was bounded at 5.3 s, failing hang-primary once). Each sample is stamped when it ended. A run of a
+    and the new primary's window after a promotion was bounded at 5.3 s, failing hang-primary once). Each sample is
+    stamped at its middle. A run of a
     node's samples that saw it empty lasts from the sample before the run (the last that did not) to the sample after
     it (or the run's last): the longest it can have been."""
 
@@ -321,6 +324,7 @@ class SingleCopyWatch:
 
     def _run(self, name):
         while not self.stopping.is_set():
+            began = time.monotonic()
             try:
                 rows = cluster("primaries-sync", name, timeout=20)
             except HarnessError:
@@ -331,8 +335,10 @@ class SingleCopyWatch:
                     node, port, value = (line.split(" ", 2) + ["", ""])[:3]
                     if node == name and value == "''":
                         single = f"{node}:{port}"
-                self.samples[name].append((time.monotonic(), single))
-            self.stopping.wait(0.5)
+                # Stamped at the sample's middle: the value was read somewhere in it (a sample stamped at its end
+                # moved a window's edges by a whole sample's time, which a loaded machine makes long).
+                self.samples[name].append(((began + time.monotonic()) / 2, single))
+            self.stopping.wait(0.2)
 
     def stop(self):
         self.stopping.set()

@@ -41,6 +41,7 @@ import os
 import random
 import secrets
 import shutil
+import signal
 import string
 import subprocess
 import sys
@@ -450,6 +451,11 @@ def main():
             print(f"upgrade: error: {path} is not an executable", file=sys.stderr)
             return 2
     workdir = tempfile.mkdtemp(prefix=f"poopypals-upgrade-{os.getpid()}-")
+    # SIGTERM (make test's `timeout 600`, a stopped CI) unwinds like an error: the `finally` blocks stop the
+    # instances this drill started and drop its database, instead of leaving them running after it.
+    def terminated(signum, _frame):
+        raise HarnessError(f"stopped by signal {signum}")
+    signal.signal(signal.SIGTERM, terminated)
     try:
         failures = run(args, workdir)
     except HarnessError as failure:

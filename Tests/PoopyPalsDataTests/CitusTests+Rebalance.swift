@@ -64,7 +64,7 @@ extension CitusTests.Distributed {
         let writer = Task { () -> (acknowledged: [(DeviceID, UUID)], failed: [(DeviceID, UUID, String)]) in
             var acknowledged: [(DeviceID, UUID)] = []
             var failed: [(DeviceID, UUID, String)] = []
-            let deadline = ContinuousClock.now + .seconds(20)
+            let deadline = ContinuousClock.now + .seconds(180)  // stopped after the rebalance; this bounds a hang
             var n = 0
             while !stop.value, ContinuousClock.now < deadline, n < 20_000 {
                 let device = devices[n % devices.count]

@@ -26,11 +26,13 @@ import TestSupport
         #expect(before.status == 2)
         #expect(before.stderr.contains(secretFile.path))
 
-        // serve --dev writes the secret at start; it then runs until stopped (here: by the time limit, which a
-        // loaded machine running the whole suite once needed more than 3 s of to get that far).
-        _ = try? await TestProject.run(["serve", "--dev", "--port", "0", "--metrics-port", "0",
-                                        "--database-url", "postgresql://nobody@127.0.0.1:1/none"],
-                                       environment: environment, timeout: .seconds(10))
+        // serve --dev writes the secret at start, then listens; stopped once it says so (a fixed 10 s was a bet
+        // on the machine: a loaded one running the whole suite once needed more than 3 s to get that far).
+        let served = try await TestProject.run(["serve", "--dev", "--port", "0", "--metrics-port", "0",
+                                                "--database-url", "postgresql://nobody@127.0.0.1:1/none"],
+                                               environment: environment, timeout: .seconds(120),
+                                               stopWhen: { stdout, _ in stdout.contains("listening on") })
+        #expect(served.stdout.contains("listening on"), "\(served.stderr)")
         let attributes = try FileManager.default.attributesOfItem(atPath: secretFile.path)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
 
@@ -60,7 +62,9 @@ import TestSupport
         let output = try await TestProject.run(["serve", "--port", "0", "--metrics-port", "0",
                                                 "--database-url", "postgresql://nobody:Sup3rSecretPw@127.0.0.1:1/none?connect_timeout=2"],
                                                environment: ["AUTH_JWT_SECRET": String(repeating: "s", count: 40)],
-                                               timeout: .seconds(15), stopAtTimeout: true)  // a loaded machine's start can take seconds (8 s once was near)
+                                               timeout: .seconds(120), stopWhen: { stdout, stderr in  // once it has said it twice
+            stdout.contains("listening on") && stderr.components(separatedBy: "database not reachable; retrying").count > 2
+        })
         #expect(output.stdout.contains("listening on"))  // liveness still answers meanwhile
         let warnings = output.stderr.split(separator: "\n").filter { $0.contains("database not reachable; retrying") }
         #expect(warnings.count >= 2, "\(output.stderr)")
@@ -74,7 +78,7 @@ import TestSupport
         url.password = "Wr0ngPassw0rd"
         let output = try await TestProject.run(["serve", "--port", "0", "--metrics-port", "0", "--database-url", try #require(url.string)],
                                                environment: ["AUTH_JWT_SECRET": String(repeating: "s", count: 40)],
-                                               timeout: .seconds(15), stopAtTimeout: true)  // a loaded machine's start can take seconds (8 s once was near)
+                                               timeout: .seconds(120), stopWhen: { _, stderr in stderr.contains("database not reachable; retrying") })
         let warning = output.stderr.split(separator: "\n").first { $0.contains("database not reachable; retrying") }
         #expect(warning?.contains("password authentication failed") == true, "\(output.stderr)")
         #expect(!output.stderr.contains("Wr0ngPassw0rd"))

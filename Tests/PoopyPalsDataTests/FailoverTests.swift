@@ -89,7 +89,7 @@ struct FailoverTests {
             // The upper bounds here and below are for a hang (45 s before the fix), with room for make test's load:
             // 60 suites on two cores delay a timer's resumption by seconds at times (this suite failed once in the CI
             // of stop 49 with 4 s bounds; which expectation was not printed).
-            #expect(waited >= .milliseconds(1400) && waited < .seconds(10), "waited \(waited)")
+            #expect(waited >= .milliseconds(1400) && waited < .seconds(30), "waited \(waited)")
 
             // A read on a hung server is a timeout (it changed nothing), also within the deadline.
             _ = try await database.pool.withConnection { _ in }  // a fresh connection: the stopped one was dropped
@@ -99,7 +99,7 @@ struct FailoverTests {
             let readStarted = ContinuousClock.now
             let readError = await #expect(throws: PostgresClientError.self) { try await logs.list(as: device) }
             #expect(readError?.kind == .deadlineExceeded)
-            #expect(ContinuousClock.now - readStarted < .seconds(10), "waited \(ContinuousClock.now - readStarted)")
+            #expect(ContinuousClock.now - readStarted < .seconds(30), "waited \(ContinuousClock.now - readStarted)")
             kill(second, SIGCONT)
 
             // The stopped process had the write in its socket: resumed, it commits it. The replay is recognised.

@@ -163,14 +163,29 @@ struct MigratorTests {
             options.lockRetries = 100  // ≥ 20 s of retries: the release below may come late on a loaded machine
             options.lockRetryBackoff = .milliseconds(100)
 
-            // The lock is let go once the migration has waited for it, and more than one lock timeout later:
-            // released by events, not after a fixed time a loaded machine may let pass before the migration starts.
+            // The lock is let go once the migration waits for it a second time (its first wait timed out and was
+            // retried: a wait with another start is seen): released by events, not after a fixed time, which a
+            // backend starved on a loaded machine could sleep through into its first attempt's lock (issue 56).
             let release = Locked(false)
             let holder = try await db.inAnotherSession(holdingFor: 60, release: release) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let releaser = Task {
                 defer { release.withLock { $0 = true } }
-                try await db.waitUntilSessionsWaitOnALock()
-                try await Task.sleep(for: .milliseconds(1500))
+                let watcher = db.pool(size: 1)
+                defer { Task { await watcher.close() } }
+                let deadline = ContinuousClock.now + .seconds(60)
+                var firstWait: String?
+                while ContinuousClock.now < deadline {
+                    let waits = try await watcher.withConnection { conn in
+                        try conn.query("""
+                            SELECT pid::text || ' ' || query_start::text FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()
+                            """).map { try $0.decode(0, as: String.self) }
+                    }
+                    if let wait = waits.first {
+                        if firstWait == nil { firstWait = wait } else if wait != firstWait { return }
+                    }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
             }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
             let applied = try await Self.migrate(db, files, options)

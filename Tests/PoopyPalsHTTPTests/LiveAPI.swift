@@ -36,6 +36,10 @@ struct LiveAPI: Sendable {
         // ten requests of one device once queued longer than 3 s (CI of stop 51: a 429 `device_busy` among fifty
         // profile requests). The wait itself is tested with its own setting (RobustPathTests).
         configuration.deviceWait = .seconds(30)
+        // The same for a connection (production: 3 s), a row lock (2 s) and a statement (5 s): limits a loaded
+        // machine can reach with requests that are merely slow there (issue 56). The tests of each limit set it.
+        configuration.acquireTimeout = .seconds(30)
+        configuration.timeouts = RequestTimeouts(statement: .seconds(30), lock: .seconds(30))
         configure(&configuration)
         let port = Locked<Int?>(nil)
         let metricsPort = Locked<Int?>(nil)

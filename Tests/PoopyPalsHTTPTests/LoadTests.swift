@@ -64,11 +64,17 @@ struct LoadTests {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 2)
             let finished = Locked<[ContinuousClock.Instant]>([])
+            // The two bodies that get the connections hold them until every cooperative thread is blocked, so that
+            // eight wait then, whatever the machine's speed (issue 56: with bodies free to finish, "8 waiting" was a
+            // passing moment a 5 ms poll could miss, and a fixed 1.5 s blockade a bet on ten bodies' time).
+            let blockade = Locked((blocked: 0, released: false))
             let work = Task {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for _ in 0..<10 {
                         group.addTask {
                             try await pool.withConnection { conn in
+                                let until = ContinuousClock.now + .seconds(60)
+                                while !blockade.value.released, ContinuousClock.now < until { usleep(1000) }
                                 try conn.query("SELECT pg_sleep(0.01)")
                                 finished.withLock { $0.append(.now) }
                             }
@@ -77,27 +83,44 @@ struct LoadTests {
                     try await group.waitForAll()
                 }
             }
-            let setUp = ContinuousClock.now + .seconds(10)
+            let setUp = ContinuousClock.now + .seconds(60)
             while pool.statistics.waiting < 8, ContinuousClock.now < setUp { try await Task.sleep(for: .milliseconds(5)) }
             #expect(pool.statistics.waiting == 8)
-            // One blocking sleep per cooperative thread (as many as cores), all at once, for 1.5 s.
-            let blockedFrom = ContinuousClock.now
-            await withTaskGroup(of: Void.self) { group in
-                for _ in 0..<ProcessInfo.processInfo.activeProcessorCount {
-                    group.addTask { Self.blockThisThread(seconds: 1.5) }
+            // One blocking wait per cooperative thread (as many as cores), all at once: the last to block releases
+            // the two bodies; each stays blocked until all ten bodies are done (or 30 s: the defect, bodies that
+            // need a cooperative thread to start).
+            let threads = ProcessInfo.processInfo.activeProcessorCount
+            let ended = await withTaskGroup(of: ContinuousClock.Instant.self) { group in
+                for _ in 0..<threads {
+                    group.addTask {
+                        blockade.withLock { state in
+                            state.blocked += 1
+                            if state.blocked == threads { state.released = true }
+                        }
+                        return Self.blockThisThread(until: { finished.value.count == 10 }, atMost: 30)
+                    }
                 }
+                var first = ContinuousClock.now + .seconds(3600)
+                for await end in group { first = min(first, end) }
+                return first
             }
             try await work.value
             let times = finished.withLock { $0 }
             #expect(times.count == 10)
-            let duringBlockade = times.filter { $0 < blockedFrom + .seconds(1.4) }.count
+            let duringBlockade = times.filter { $0 <= ended }.count
             #expect(duringBlockade == 10, "\(duringBlockade) of 10 bodies ran while the cooperative pool was blocked")
             await pool.close()
         }
     }
 
-    /// Blocks the calling thread (on purpose: a cooperative one, in the test above).
-    static func blockThisThread(seconds: Double) { Thread.sleep(forTimeInterval: seconds) }
+    /// Blocks the calling thread (on purpose: a cooperative one, in the test above) until `done` or `seconds`
+    /// pass; returns when it stopped blocking.
+    static func blockThisThread(until done: () -> Bool, atMost seconds: Double) -> ContinuousClock.Instant {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while !done(), ContinuousClock.now < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        return .now
+    }
+
 
     @Test func idleAndStalledConnectionsAreClosedAfterTheIdleTimeout() async throws {
         try await TestDatabase.withMigrated { db in
@@ -127,17 +150,18 @@ struct LoadTests {
                 ("body", "POST /v1/logs HTTP/1.1\r\nHost: x\r\nX-Device-ID: \(UUID().uuidString)\r\n"
                     + "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{"),
             ]
+            // Bounds that tell the 1 s request timeout from the 30 s idle one, with room for a loaded machine.
             for (name, start) in starts {
-                let (answer, seconds) = await Self.blocking { Self.trickle(port: port, start: start, for: 8) }
+                let (answer, seconds) = await Self.blocking { Self.trickle(port: port, start: start, for: 25) }
                 #expect(answer.hasPrefix("HTTP/1.1 408"), "\(name): \(answer.prefix(200))")
                 #expect(answer.contains("request_timeout"), "\(name)")
-                #expect(seconds < 6, "\(name): cut off after \(seconds) s")
+                #expect(seconds < 20, "\(name): cut off after \(seconds) s")
             }
             let idle = try #require(await Self.blocking { Self.connect(port: port) })
             defer { close(idle) }
             let started = ContinuousClock.now
-            #expect(await Self.blocking { Self.closedByServer(idle, within: 8) }, "an idle connection stayed open")
-            #expect(ContinuousClock.now - started < .seconds(6))
+            #expect(await Self.blocking { Self.closedByServer(idle, within: 25) }, "an idle connection stayed open")
+            #expect(ContinuousClock.now - started < .seconds(20))
         }
     }
 
@@ -146,7 +170,9 @@ struct LoadTests {
     /// request's headers the 408 comes one timeout after the last response, neither earlier nor much later.
     @Test func aBusyConnectionOutlivesTheRequestTimeoutAndIsTimedOutWhenItStalls() async throws {
         try await TestDatabase.withMigrated { db in
-            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_REQUEST_TIMEOUT": "1s"])
+            // A 3 s timeout and 7 s of requests (issue 56: with 1 s and 2.5 s, a client thread stalled a second
+            // between two requests on a loaded machine looked like a server that cut a busy connection off).
+            let (process, base) = try await ServeBinaryTests.serve(db, environment: ["POOPYPALS_REQUEST_TIMEOUT": "3s"])
             defer { process.terminate() }
             let port = try #require(Int(base.split(separator: ":").last ?? ""))
             let (answered, failure, stalled, sinceLast) = await Self.blocking { () -> (Int, String?, String, Double) in
@@ -154,8 +180,8 @@ struct LoadTests {
                 defer { close(fd) }
                 let began = ContinuousClock.now
                 var answered = 0
-                // 2.5 s of requests, one after another, on one connection (at most 2 000).
-                while ContinuousClock.now - began < .milliseconds(2500), answered < 2000 {
+                // 7 s of requests, one after another, on one connection (at most 2 000).
+                while ContinuousClock.now - began < .seconds(7), answered < 2000 {
                     let answer = Self.exchange(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
                     guard answer.hasPrefix("HTTP/1.1 200") else { return (answered, "request \(answered + 1): \(answer.prefix(120))", "", 0) }
                     answered += 1
@@ -164,15 +190,17 @@ struct LoadTests {
                 let lastResponse = ContinuousClock.now
                 usleep(300_000)
                 _ = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ".withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
-                let stalled = Self.exchange(fd, "", waitingAtMost: 5)
+                let stalled = Self.exchange(fd, "", waitingAtMost: 30)
                 let elapsed = ContinuousClock.now - lastResponse
                 return (answered, nil, stalled, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
             }
             #expect(failure == nil, "\(failure ?? "")")
-            #expect(answered > 20, "only \(answered) requests in 2.5 s")
+            #expect(answered >= 3, "only \(answered) requests in 7 s")
             #expect(stalled.hasPrefix("HTTP/1.1 408"), "\(stalled.prefix(200))")
-            #expect(sinceLast >= 0.95, "408 after \(sinceLast) s: the timeout counts from the last response's end")
-            #expect(sinceLast < 3, "408 after \(sinceLast) s")
+            // Counted from the last response's end: not before (a late read of that response shortens what the
+            // client sees by its delay, hence half the timeout), nor from the connection's start (7 s ago).
+            #expect(sinceLast >= 1.5, "408 after \(sinceLast) s: the timeout counts from the last response's end")
+            #expect(sinceLast < 20, "408 after \(sinceLast) s")
         }
     }
 
@@ -239,6 +267,13 @@ struct LoadTests {
             #expect(sockets.count == 4000)
             // Let the server accept them all: /healthz answers only after the accept queue ahead of it.
             _ = try await Self.healthLatency(base)
+            // A reference from the same run, with the 4000 open: the slowest of twenty /healthz, which a machine
+            // busy with other work slows as much as what follows (issue 56: the bound is not the machine's speed).
+            var reference = Duration.zero
+            for _ in 0..<20 {
+                reference = max(reference, try await Self.healthLatency(base))
+                try await Task.sleep(for: .milliseconds(20))
+            }
             await Self.blocking { for fd in sockets { close(fd) } }
             var worst = Duration.zero
             let until = ContinuousClock.now + .seconds(3)
@@ -246,13 +281,13 @@ struct LoadTests {
                 worst = max(worst, try await Self.healthLatency(base))
                 try await Task.sleep(for: .milliseconds(20))
             }
-            print("after closing 4000 connections at once: slowest /healthz \(worst)")
+            print("after closing 4000 connections at once: slowest /healthz \(worst) (before: \(reference))")
             // A debug build pays O(open connections) for each close in swift-nio-extras' ServerQuiescingHelper
             // (its dictionary of channels is copied on every change at -Onone; measured 0.6–1.1 s here for 4000,
             // 4.1 s for 8000), a release build does not (0.13 s for 4000, 0.24 s for 8000). `make test` runs
             // the debug binary: it gets a looser bound, so that it fails on a real regression, not on load.
-            let bound: Duration = TestProject.binary.path.contains("/release/") ? .seconds(1) : .milliseconds(2500)
-            #expect(worst < bound, "the server stalled for \(worst)")
+            let bound = max(TestProject.binary.path.contains("/release/") ? .seconds(1) : .milliseconds(2500), reference * 10)
+            #expect(worst < bound, "the server stalled for \(worst) (the slowest /healthz before the close: \(reference))")
         }
     }
     #endif

@@ -94,7 +94,9 @@ struct ResponseEncoderTests {
             let text = String(buffer: buffer)
             let dates = text.matches(of: /\r\nDate: ([^\r]*)\r\n/).map { String($0.output.1) }
             #expect(dates.count == 1, "round \(round): \(text)")
-            #expect(dates.first.map { [HTTPDate.format(before), HTTPDate.format(after)].contains($0) } == true, "\(dates)")
+            // A second from `before` to `after`: a thread stalled longer than a second inside writeHead (a loaded
+            // machine) still passes, as it should.
+            #expect(dates.first.map { date in (before...after).contains { HTTPDate.format($0) == date } } == true, "\(dates)")
             #expect(text.hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: "), "\(text)")
             #expect(text.hasSuffix(" GMT\r\ntransfer-encoding: chunked\r\n\r\n"), "\(text)")
         }

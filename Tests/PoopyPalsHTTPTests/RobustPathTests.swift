@@ -78,7 +78,9 @@ struct RobustPathTests {
             await setUp.stop()
             #expect(registered.status == 201, "\(registered.status) \(registered.text)")
             let release = Locked(false)
-            let lock = try await db.inAnotherSession(holdingFor: 30, release: release) {
+            // Held 120 s (released at the end): the bounds below are far from it, and far above what a loaded
+            // machine takes (issue 56: liveness took 10.2 s once, under a 10 s bound, with the lock held 30 s).
+            let lock = try await db.inAnotherSession(holdingFor: 120, release: release) {
                 try $0.executeScript("LOCK TABLE poop_logs IN ACCESS EXCLUSIVE MODE")
             }
             let started = ContinuousClock.now
@@ -86,13 +88,13 @@ struct RobustPathTests {
             try await Task.sleep(for: .milliseconds(100))
             let live = ContinuousClock.now
             #expect(try await api.send("GET", "/healthz").status == 200)
-            #expect(ContinuousClock.now - live < .seconds(10))  // not the 30 s the lock is held
+            #expect(ContinuousClock.now - live < .seconds(60))  // not the 120 s the lock is held
             #expect(try await api.send("GET", "/readyz").status == 200)
             let reply = try await upload
             #expect(reply.status == 503)
             #expect(reply.errorCode == "timeout")
             #expect(reply.header("Retry-After") != nil)
-            #expect(ContinuousClock.now - started < .seconds(15))  // not the 30 s the lock is held
+            #expect(ContinuousClock.now - started < .seconds(90))  // not the 120 s the lock is held
             // Nothing of ours waits on the server, though the lock is still held.
             let waiting = try await db.withConnection { try db.sessionsWaitingOnALock(in: $0) }
             #expect(waiting == 0)

@@ -156,9 +156,10 @@ struct PoolTests {
             await pool.close()
 
             // A waiter served before its deadline: it succeeds, and nothing fails it when its deadline passes. On a
-            // pool of its own with 3 s to wait, released as soon as the waiter waits: a sleep of 100 ms before the
-            // release could end seconds late on a loaded machine, past a 1 s deadline.
-            let patient = db.pool(size: 1, acquireTimeout: .seconds(3))
+            // pool of its own with 10 s to wait, released as soon as the waiter waits: a sleep of 100 ms before the
+            // release could end seconds late on a loaded machine, past a 1 s deadline (and 3 s left too little
+            // for noticing the waiter, the release and the hand-off on one, issue 56).
+            let patient = db.pool(size: 1, acquireTimeout: .seconds(10))
             let letGo = Locked(false)
             let holding = try await Self.holdTheOnlyConnection(of: patient, until: letGo)
             let served = Task { try await patient.withConnection { try $0.query("SELECT 2")[0].decode(0, as: Int.self) } }
@@ -167,7 +168,7 @@ struct PoolTests {
             letGo.withLock { $0 = true }
             try await holding.value
             #expect(try await served.value == 2)
-            try await Task.sleep(for: .seconds(6))
+            try await Task.sleep(for: .seconds(12))  // past the waiter's deadline
             #expect(try await patient.withConnection { try $0.query("SELECT 3")[0].decode(0, as: Int.self) } == 3)
             #expect(patient.statistics.waiting == 0)
             await patient.close()

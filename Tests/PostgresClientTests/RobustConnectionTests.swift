@@ -119,6 +119,41 @@ struct RobustConnectionTests {
         }
     }
 
+    /// A cancel that reaches the server before its backend has read the statement is dropped: PostgreSQL ignores a
+    /// cancel while a backend waits for a command, and the statement then runs to its end. A loaded machine, slow to
+    /// send the statement after the task was cancelled, did that to `cancellingTheTaskCancelsTheStatementOnTheServer`
+    /// (300 s). Made certain here: the backend stopped (SIGSTOP) while the statement is sent and the task cancelled,
+    /// resumed after the first cancel request was delivered. Sent once, the cancel was lost and this waited for the
+    /// whole `pg_sleep`; the pool now asks again every second while the statement runs.
+    @Test func aCancelThatArrivesBeforeTheStatementIsSentAgain() async throws {
+        try await TestDatabase.with { db in
+            let pool = db.pool(size: 1)
+            let pid = try await pool.withConnection { $0.serverProcessID }
+            guard kill(pid, 0) == 0 else {
+                print("NOT RUN: the database server's processes are not on this machine (SIGSTOP stands in for a slow backend)")
+                await pool.close()
+                return
+            }
+            #expect(kill(pid, SIGSTOP) == 0)
+            let started = ContinuousClock.now
+            let task = Task { try await pool.withConnection { try $0.query("SELECT pg_sleep(120)") } }
+            // The body runs (its statement is written to the stopped backend's socket), then the task is cancelled.
+            let running = ContinuousClock.now + .seconds(60)
+            while pool.statistics.inUse == 0, ContinuousClock.now < running { try await Task.sleep(for: .milliseconds(10)) }
+            try await Task.sleep(for: .milliseconds(200))
+            task.cancel()
+            // The first cancel request reaches the postmaster and is signalled to the stopped backend; once it runs
+            // again, the backend is still reading the statement, and drops it. (Had it not arrived by then, it
+            // cancels the statement itself: this test then proves less, never fails wrongly.)
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(kill(pid, SIGCONT) == 0)
+            await #expect(throws: (any Error).self) { try await task.value }
+            // Not the 120 s the statement asked for.
+            #expect(ContinuousClock.now - started < .seconds(90))
+            await pool.close()
+        }
+    }
+
     @Test func cancellingTheTaskCancelsTheStatementOnTheServer() async throws {
         try await TestDatabase.with { db in
             let pool = db.pool(size: 1)

@@ -38,10 +38,14 @@ public enum TestProject {
     }
 
     /// Runs the CLI (or `executable`) with `arguments` in the package root, waiting at most `timeout` (then, with
-    /// `stopAtTimeout`, it is sent SIGTERM and its output returned; else this throws).
+    /// `stopAtTimeout`, it is sent SIGTERM and its output returned; else this throws). With `stopWhen`, a server
+    /// run until what it said so far (stdout, stderr) shows what the test waits for, then stopped (SIGTERM) and its
+    /// output returned; `timeout` then only bounds a wait for what never comes (issue 56: a fixed run time was a
+    /// bet on the machine's speed).
     public static func run(
         _ arguments: [String], executable: URL? = nil, environment: [String: String] = [:],
-        timeout: Duration = .seconds(60), stopAtTimeout: Bool = false
+        timeout: Duration = .seconds(60), stopAtTimeout: Bool = false,
+        stopWhen: (@Sendable (_ stdout: String, _ stderr: String) -> Bool)? = nil
     ) async throws -> Output {
         let process = Process()
         process.executableURL = executable ?? binary
@@ -63,27 +67,41 @@ public enum TestProject {
         }
         // Read both pipes while the process runs, so a chatty child never blocks on a full pipe. The reads block,
         // so they get threads of their own rather than two of the few cooperative ones.
-        async let out = readToEnd(stdout.fileHandleForReading)
-        async let err = readToEnd(stderr.fileHandleForReading)
+        let (out, err) = (Locked(Data()), Locked(Data()))
+        async let outRead: Void = drain(stdout.fileHandleForReading, into: out)
+        async let errRead: Void = drain(stderr.fileHandleForReading, into: err)
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
+            if let stopWhen, stopWhen(String(decoding: out.value, as: UTF8.self), String(decoding: err.value, as: UTF8.self)) {
+                process.terminate()
+                break
+            }
             if ContinuousClock.now > deadline {
                 process.terminate()
                 // A server run for a while, then stopped (SIGTERM) to read what it said.
-                if stopAtTimeout { break }
+                if stopAtTimeout || stopWhen != nil { break }
                 throw SetupError("\(process.executableURL?.lastPathComponent ?? "") \(arguments.joined(separator: " ")) did not finish within \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }
         while process.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        _ = await (outRead, errRead)
         return Output(status: process.terminationStatus,
-                      stdout: String(decoding: await out, as: UTF8.self),
-                      stderr: String(decoding: await err, as: UTF8.self))
+                      stdout: String(decoding: out.value, as: UTF8.self),
+                      stderr: String(decoding: err.value, as: UTF8.self))
     }
 
-    private static func readToEnd(_ handle: FileHandle) async -> Data {
-        await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: handle.readDataToEndOfFile()) }.start()
+    /// Reads `handle` to its end into `buffer`, as it arrives, on a thread of its own (the reads block).
+    private static func drain(_ handle: FileHandle, into buffer: Locked<Data>) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            Thread {
+                while true {
+                    let data = handle.availableData
+                    if data.isEmpty { break }
+                    buffer.withLock { $0.append(data) }
+                }
+                continuation.resume()
+            }.start()
         }
     }
 

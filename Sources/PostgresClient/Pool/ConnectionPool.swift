@@ -441,14 +441,17 @@ extension ConnectionPool {
         }
 
         /// From any thread: cancels the statement `borrower` runs, if it runs now, and marks the connection for
-        /// closing after it. The cancel request is a network call, so it runs on a thread of its own.
+        /// closing after it. The cancel request is a network call, so it runs on a thread of its own, and is sent
+        /// again while `borrower` still runs: one that reaches the server before its backend has read the
+        /// statement is dropped (PostgreSQL ignores a cancel while it waits for a command), and the statement then
+        /// ran to its end (a test's `pg_sleep(300)` did, when a loaded machine was slow to send it).
         func cancel(_ borrower: Borrower) {
             let token = lock.withLock { () -> CancelToken? in
                 borrower.cancelled = true
                 return running?.borrower === borrower ? running?.token : nil
             }
             guard let token else { return }
-            CancelRequests.send(token)
+            CancelRequests.send(token, whileRunning: { [self] in lock.withLock { running?.borrower === borrower } })
         }
 
         /// Closes the connection on one of the pool's threads.
@@ -491,16 +494,32 @@ private final class Watchdog: Sendable {
 enum CancelRequests {
     private static let inFlight = LockedState(0)
 
-    static func send(_ token: CancelToken) {
-        let admitted = inFlight.withLock { count -> Bool in
-            guard count < 16 else { return false }
-            count += 1
-            return true
-        }
-        guard admitted else { return }
+    /// Seconds between repeats of a cancel (`whileRunning`), and how many at most.
+    static let repeatInterval = 1.0, repeats = 30
+
+    /// Sends a cancel request for `token`; with `whileRunning`, again every `repeatInterval` while it says the
+    /// statement still runs (at most `repeats` times; the thread sleeps between them, holding no admission).
+    static func send(_ token: CancelToken, whileRunning: (@Sendable () -> Bool)? = nil) {
+        guard admit() else { return }
         Thread.detachNewThread {
             token.cancel()
             inFlight.withLock { $0 -= 1 }
+            guard let whileRunning else { return }
+            for _ in 0..<repeats {
+                Thread.sleep(forTimeInterval: repeatInterval)
+                guard whileRunning() else { return }
+                guard admit() else { continue }
+                token.cancel()
+                inFlight.withLock { $0 -= 1 }
+            }
+        }
+    }
+
+    private static func admit() -> Bool {
+        inFlight.withLock { count -> Bool in
+            guard count < 16 else { return false }
+            count += 1
+            return true
         }
     }
 }
