@@ -455,6 +455,30 @@ $$;
 ALTER FUNCTION public.poopypals_erase_user(p_email text, p_dry_run boolean) OWNER TO <profiles_role>;
 
 --
+-- Name: poopypals_forget_full_registration_buckets(double precision, double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: <profiles_role>
+--
+
+CREATE FUNCTION public.poopypals_forget_full_registration_buckets(p_burst double precision, p_rate double precision, p_wide_burst double precision, p_wide_rate double precision) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    -- Citus takes no volatile function in a modification of a reference table: the time is a value.
+    at constant timestamptz := now();
+    forgotten bigint;
+BEGIN
+    DELETE FROM public.registration_buckets b
+    WHERE b.tokens + greatest(0, extract(epoch FROM at - b.refilled_at))
+                     * CASE WHEN b.wide THEN coalesce(p_wide_rate, 1.0 / 3) ELSE coalesce(p_rate, 1.0 / 30) END
+          >= CASE WHEN b.wide THEN coalesce(p_wide_burst, 300) ELSE coalesce(p_burst, 30) END;
+    GET DIAGNOSTICS forgotten = ROW_COUNT;
+    RETURN forgotten;
+END
+$$;
+
+ALTER FUNCTION public.poopypals_forget_full_registration_buckets(p_burst double precision, p_rate double precision, p_wide_burst double precision, p_wide_rate double precision) OWNER TO <profiles_role>;
+
+--
 -- Name: poopypals_oldest_release(); Type: FUNCTION; Schema: public; Owner: <login>
 --
 
@@ -573,6 +597,40 @@ $$;
 ALTER FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision) OWNER TO <profiles_role>;
 
 --
+-- Name: poopypals_register_device(text, text, text, text, boolean, boolean, text, double precision, double precision, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: <profiles_role>
+--
+
+CREATE FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision) RETURNS TABLE(outcome text, user_id uuid, model text, os_version text, app_version text, build_number text, is_simulator boolean, created_at timestamp with time zone, last_seen_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    registered record;
+BEGIN
+    FOR registered IN
+        SELECT * FROM public.poopypals_register_device(p_model, p_os_version, p_app_version, p_build_number, p_is_simulator,
+                                                       p_create, p_network, p_burst, p_rate)
+    LOOP
+        IF registered.outcome = 'created' THEN
+            PERFORM public.poopypals_take_wide_registration(p_wide_network, p_wide_burst, p_wide_rate);
+        END IF;
+        outcome := registered.outcome;
+        user_id := registered.user_id;
+        model := registered.model;
+        os_version := registered.os_version;
+        app_version := registered.app_version;
+        build_number := registered.build_number;
+        is_simulator := registered.is_simulator;
+        created_at := registered.created_at;
+        last_seen_at := registered.last_seen_at;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+ALTER FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision) OWNER TO <profiles_role>;
+
+--
 -- Name: poopypals_rotate_device(uuid); Type: FUNCTION; Schema: public; Owner: <profiles_role>
 --
 
@@ -683,6 +741,38 @@ END
 $$;
 
 ALTER FUNCTION public.poopypals_take_registration(p_network text, p_burst double precision, p_rate double precision) OWNER TO <profiles_role>;
+
+--
+-- Name: poopypals_take_wide_registration(text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: <profiles_role>
+--
+
+CREATE FUNCTION public.poopypals_take_wide_registration(p_network text, p_burst double precision, p_rate double precision) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    burst constant double precision := coalesce(p_burst, 300);
+    rate constant double precision := coalesce(p_rate, 1.0 / 3);
+    left_over double precision;
+    -- Citus takes only immutable functions in an upsert's DO UPDATE: the time is a value.
+    at constant timestamptz := now();
+BEGIN
+    IF coalesce(p_network, '') = '' THEN
+        RETURN;
+    END IF;
+    INSERT INTO public.registration_buckets AS b (network, tokens, refilled_at, wide) VALUES (decode(p_network, 'hex'), burst - 1, at, true)
+    ON CONFLICT (network) DO UPDATE
+        SET tokens = least(burst, b.tokens + greatest(0, extract(epoch FROM at - b.refilled_at)) * rate) - 1,
+            refilled_at = at
+    RETURNING b.tokens INTO left_over;
+    IF left_over < 0 THEN
+        RAISE EXCEPTION 'too many devices registered from this network' USING ERRCODE = 'PPR02',
+            DETAIL = ceil(-left_over / greatest(rate, 0.0000001))::bigint::text;
+    END IF;
+END
+$$;
+
+ALTER FUNCTION public.poopypals_take_wide_registration(p_network text, p_burst double precision, p_rate double precision) OWNER TO <profiles_role>;
 
 --
 -- Name: device_key_map; Type: TABLE; Schema: public; Owner: <login>
@@ -799,10 +889,17 @@ ALTER TABLE public.poop_logs OWNER TO <login>;
 CREATE TABLE public.registration_buckets (
     network bytea NOT NULL,
     tokens double precision NOT NULL,
-    refilled_at timestamp with time zone NOT NULL
+    refilled_at timestamp with time zone NOT NULL,
+    wide boolean DEFAULT false NOT NULL
 );
 
 ALTER TABLE public.registration_buckets OWNER TO <login>;
+
+--
+-- Name: COLUMN registration_buckets.wide; Type: COMMENT; Schema: public; Owner: <login>
+--
+
+COMMENT ON COLUMN public.registration_buckets.wide IS 'A bucket of an IPv6 /48 (the wider limit), not of a /64 or an IPv4 address.';
 
 --
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: <login>
@@ -1272,11 +1369,25 @@ GRANT ALL ON FUNCTION public.poopypals_erase_pending(p_batch integer) TO <servic
 REVOKE ALL ON FUNCTION public.poopypals_erase_user(p_email text, p_dry_run boolean) FROM PUBLIC;
 
 --
+-- Name: FUNCTION poopypals_forget_full_registration_buckets(p_burst double precision, p_rate double precision, p_wide_burst double precision, p_wide_rate double precision); Type: ACL; Schema: public; Owner: <profiles_role>
+--
+
+REVOKE ALL ON FUNCTION public.poopypals_forget_full_registration_buckets(p_burst double precision, p_rate double precision, p_wide_burst double precision, p_wide_rate double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.poopypals_forget_full_registration_buckets(p_burst double precision, p_rate double precision, p_wide_burst double precision, p_wide_rate double precision) TO <service_role>;
+
+--
 -- Name: FUNCTION poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision); Type: ACL; Schema: public; Owner: <profiles_role>
 --
 
 REVOKE ALL ON FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision) TO <service_role>;
+
+--
+-- Name: FUNCTION poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision); Type: ACL; Schema: public; Owner: <profiles_role>
+--
+
+REVOKE ALL ON FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision) TO <service_role>;
 
 --
 -- Name: FUNCTION poopypals_rotate_device(p_new_key uuid); Type: ACL; Schema: public; Owner: <profiles_role>
@@ -1290,6 +1401,12 @@ GRANT ALL ON FUNCTION public.poopypals_rotate_device(p_new_key uuid) TO <service
 --
 
 REVOKE ALL ON FUNCTION public.poopypals_take_registration(p_network text, p_burst double precision, p_rate double precision) FROM PUBLIC;
+
+--
+-- Name: FUNCTION poopypals_take_wide_registration(p_network text, p_burst double precision, p_rate double precision); Type: ACL; Schema: public; Owner: <profiles_role>
+--
+
+REVOKE ALL ON FUNCTION public.poopypals_take_wide_registration(p_network text, p_burst double precision, p_rate double precision) FROM PUBLIC;
 
 --
 -- Name: TABLE device_key_map; Type: ACL; Schema: public; Owner: <login>
@@ -1430,7 +1547,7 @@ GRANT SELECT,DELETE ON TABLE public.poop_logs TO <profiles_role>;
 -- Name: TABLE registration_buckets; Type: ACL; Schema: public; Owner: <login>
 --
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.registration_buckets TO <profiles_role>;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.registration_buckets TO <profiles_role>;
 
 --
 -- Name: TABLE users; Type: ACL; Schema: public; Owner: <login>

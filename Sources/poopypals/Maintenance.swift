@@ -5,13 +5,14 @@ import PostgresClient
 
 struct Maintenance: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Routine upkeep for a cron job: purge sync tombstones past their retention, finish device erasures.",
+        abstract: "Routine upkeep for a cron job: purge sync tombstones past their retention, finish device erasures, forget full registration buckets.",
         discussion: """
             Tombstones (deleted logs, kept so that phones learn of the delete) older than --tombstone-days \
             (default $POOPYPALS_TOMBSTONE_DAYS, else 90) are deleted; a phone whose cursor is older then gets \
             410 and pulls from the beginning. Then device erasures under way (DELETE /v1/device of a large \
             device; the service finishes them too) are finished, 5 000 logs per transaction, for at most 30 \
-            minutes. Exit status: 0 done; 2 failed (the purge changed nothing; finished batches of erasures stay done).
+            minutes. Then the registration limit's buckets that have refilled (under POOPYPALS_REGISTRATION_BURST \
+            and the other limits serve reads) are deleted. Exit status: 0 done; 2 failed (the purge changed nothing; finished batches of erasures stay done).
             """)
 
     @OptionGroup var connection: ConnectionOptions
@@ -54,5 +55,17 @@ struct Maintenance: ParsableCommand {
         }
         print("Erasures: \(erased.logsErased) log\(erased.logsErased == 1 ? "" : "s") deleted; "
               + "\(erased.devicesErasing) device\(erased.devicesErasing == 1 ? "" : "s") still being erased.")
+        // Registration buckets refilled to their burst, under the limits this environment gives `serve`.
+        let rates: RateLimits
+        do { rates = try RateLimits.fromEnvironment(environment) } catch {
+            throw CommandFailure("\(error)", status: .checkFailed)
+        }
+        let forgotten: Int64
+        do {
+            forgotten = try RegistrationBuckets.forgetFull(on: connection, rates: rates)
+        } catch {
+            throw CommandFailure("forgetting full registration buckets failed: \(error)", status: .checkFailed)
+        }
+        print("Registration buckets: \(forgotten) full one\(forgotten == 1 ? "" : "s") forgotten.")
     }
 }

@@ -23,7 +23,10 @@ struct Serve: AsyncParsableCommand {
             100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores; \
             POOPYPALS_DEVICE_WRITE_BURST (2000) and POOPYPALS_DEVICE_WRITES_PER_SECOND (20) its log writes, \
             POOPYPALS_REGISTRATION_BURST (30) and POOPYPALS_REGISTRATIONS_PER_HOUR (120) the devices one network \
-            registers (X-Forwarded-For read only from POOPYPALS_TRUSTED_PROXIES). SIGTERM or SIGINT: stop \
+            (an IPv4 address, an IPv6 /64) registers, POOPYPALS_REGISTRATION_BURST_48 (300) and \
+            POOPYPALS_REGISTRATIONS_PER_HOUR_48 (1200) those of an IPv6 /48 (X-Forwarded-For read only from \
+            POOPYPALS_TRUSTED_PROXIES); the limit's buckets are keyed by HMAC under POOPYPALS_NETWORK_KEY_SECRET \
+            (at least 32 characters; default: derived from AUTH_JWT_SECRET), the same on every instance. SIGTERM or SIGINT: stop \
             accepting, give in-flight requests POOPYPALS_SHUTDOWN_GRACE (default 6s, at most 8s), cancel what \
             still runs on the server, exit 0 within 10 s.
             """)
@@ -64,6 +67,12 @@ struct Serve: AsyncParsableCommand {
         // request's path, and a loaded machine can take seconds to accept a login.
         database.connectTimeoutSeconds = 4
         var configuration = APIConfiguration(jwtSecret: try secret(environment, logger: logger), database: database)
+        if let networkSecret = environment["POOPYPALS_NETWORK_KEY_SECRET"], !networkSecret.isEmpty {
+            guard networkSecret.utf8.count >= 32 else {
+                throw CommandFailure("POOPYPALS_NETWORK_KEY_SECRET must be at least 32 characters", status: .checkFailed)
+            }
+            configuration.networkKeySecret = networkSecret
+        }
         if let url = environment["POOPYPALS_READ_DATABASE_URL"], !url.isEmpty {
             var reads = ConnectionConfiguration(connectionString: url, statementCache: database.statementCache)
             reads.connectTimeoutSeconds = database.connectTimeoutSeconds

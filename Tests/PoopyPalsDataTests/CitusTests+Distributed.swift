@@ -217,7 +217,7 @@ extension CitusTests {
         static func live(_ database: Database) async throws {
             let devices = DeviceRepository(database: database)
             let (a, b) = (try DeviceID(UUID()), try DeviceID(UUID()))
-            let network = RateLimits.networkKey("192.0.2.9")
+            let network = NetworkKeys(tokenSecret: "tests").key("v4:192.0.2.9")
             #expect(try await devices.register(DeviceInfo(model: "phone"), as: a, network: network).created)
             #expect(try await devices.register(DeviceInfo(model: "tablet"), as: b, network: network).created)
             #expect(try await devices.register(DeviceInfo(model: "phone 2"), as: a, network: network).created == false)

@@ -188,7 +188,7 @@ struct DeviceKeyMapTests {
             // The eight queue on one bucket row and one key: the race's outcome is under test, not the 2 s lock wait.
             let instances = (0..<4).map { _ in Database(pool: db.pool(size: 2), timeouts: RequestTimeouts(statement: .seconds(25), lock: .seconds(25))) }
             let device = try DeviceID(UUID())
-            let network = RateLimits.networkKey("192.0.2.7")
+            let network = NetworkKeys(tokenSecret: "tests").key("v4:192.0.2.7")
             let created = try await withThrowingTaskGroup(of: Bool.self) { group in
                 for n in 0..<8 {
                     let devices = DeviceRepository(database: instances[n % 4])

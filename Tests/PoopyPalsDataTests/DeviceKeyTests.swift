@@ -85,7 +85,8 @@ struct DeviceKeyTests {
         try await TestDatabase.withMigrated { db in
             let clean = try await db.withConnection { try RLSAudit().run(on: $0) }
             #expect(clean.ok, "\(clean.checks.filter { !$0.ok })")
-            #expect(clean.checks.filter { $0.check.hasPrefix("SECURITY DEFINER") }.count == 6)  // 0026 added devices_keep_key_map()
+            // 0026 added devices_keep_key_map(); 0037 registration's second form and the buckets' sweep.
+            #expect(clean.checks.filter { $0.check.hasPrefix("SECURITY DEFINER") }.count == 8)
             let report = try await db.withConnection { conn in
                 try conn.transaction { conn in
                     try conn.query("SELECT set_config('role', poopypals_profiles_role(), true)")

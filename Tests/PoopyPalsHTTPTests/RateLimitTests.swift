@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NIOCore
 import PoopyPalsData
@@ -106,7 +107,112 @@ struct RateLimitTests {
         #expect(ClientNetwork.network("192.0.2.1") == "v4:192.0.2.1")
         #expect(ClientNetwork.network("2001:db8:0:1:aaaa::1") == "v6:2001:db8:0:1::/64")
         #expect(ClientNetwork.network("2001:DB8:0:1:bbbb::2") == "v6:2001:db8:0:1::/64")
-        #expect(RateLimits.networkKey("v4:192.0.2.1").count == 64)
-        #expect(RateLimits.networkKey("v4:192.0.2.1") != RateLimits.networkKey("v4:192.0.2.2"))
+        #expect(ClientNetwork.wideNetwork(of: "v6:2001:db8:0:1::/64") == "v6:2001:db8:0::/48")
+        #expect(ClientNetwork.wideNetwork(of: "v4:192.0.2.1") == nil)
+        let keys = NetworkKeys(tokenSecret: "a token secret of at least thirty-two characters")
+        #expect(keys.key("v4:192.0.2.1").count == 64)
+        #expect(keys.key("v4:192.0.2.1") != keys.key("v4:192.0.2.2"))
+        #expect(keys.key("v4:192.0.2.1") != NetworkKeys(tokenSecret: "another token secret, also thirty-two long").key("v4:192.0.2.1"))
+        #expect(keys.key("v4:192.0.2.1") != NetworkKeys(configured: String(repeating: "n", count: 32), tokenSecret: "a token secret of at least thirty-two characters").key("v4:192.0.2.1"))
+    }
+
+    /// Issue 58: the buckets' keys were SHA-256("poopypals.network.v1:" + the network), which anyone with a copy of the
+    /// database (a dump, a backup, a standby) reversed by trying the 2^32 IPv4 addresses (127.0.0.1's in 0.16 s). After
+    /// registrations from several addresses, no key is a plain digest of any form of them.
+    @Test func noBucketKeyIsADigestAnyoneCanComputeFromAnAddress() async throws {
+        try await TestDatabase.withAPI(configure: { $0.trustedProxies = ["127.0.0.1"] }) { api, db in
+            let clients = ["203.0.113.7", "198.51.100.9", "2001:db8:1:2::1"]
+            for client in clients {
+                let reply = try await api.send("PUT", "/v1/device", device: UUID(), headers: ["X-Forwarded-For": "\(client), 127.0.0.1"])
+                #expect(reply.status == 201)
+            }
+            let stored = Set(try await db.withConnection { conn in
+                try conn.query("SELECT encode(network, 'hex') FROM registration_buckets").map { try $0.decode(0, as: String.self) }
+            })
+            #expect(stored.count >= clients.count, "\(stored)")  // the IPv6 client adds its /48's
+            var forms: [String] = ["127.0.0.1", "v4:127.0.0.1"]
+            for client in clients {
+                forms += [client, "v4:" + client, "v6:" + client]
+                if let network = ClientNetwork.network(client) { forms.append(network) }
+                if let network = ClientNetwork.network(client), let wide = ClientNetwork.wideNetwork(of: network) { forms.append(wide) }
+            }
+            for form in forms {
+                for prefix in ["", "poopypals.network.v1:", "poopypals.network.v2:"] {
+                    let digest = SHA256.hash(data: Array((prefix + form).utf8)).map { String(format: "%02x", $0) }.joined()
+                    #expect(!stored.contains(digest), "the key of \(form) is SHA-256 of \"\(prefix)\(form)\"")
+                }
+            }
+        }
+    }
+
+    /// Issue 58: a bucket is kept no longer than it limits: once it has refilled to its burst, `poopypals maintenance`
+    /// deletes it (rows were never deleted: the table was a log of every network that ever registered). One that has
+    /// not refilled stays.
+    @Test func aBucketIsForgottenOnceItHasRefilled() async throws {
+        // The instance's own sweep is off here: maintenance is what is under test.
+        try await TestDatabase.withAPI(configure: { $0.trustedProxies = ["127.0.0.1"]; $0.bucketSweepInterval = nil }) { api, db in
+            for client in ["203.0.113.7", "198.51.100.9"] {
+                let reply = try await api.send("PUT", "/v1/device", device: UUID(), headers: ["X-Forwarded-For": "\(client), 127.0.0.1"])
+                #expect(reply.status == 201)
+            }
+            let count = { @Sendable in
+                try await db.withConnection { try $0.query("SELECT count(*) FROM registration_buckets")[0].decode(0, as: Int.self) }
+            }
+            #expect(try await count() == 2)
+            // One of them counted an hour ago: 120 an hour have refilled its one token long since. (The owner moves the
+            // time back; nothing else changes.)
+            try await db.withConnection { conn in
+                try conn.executeScript("""
+                    UPDATE registration_buckets SET refilled_at = refilled_at - interval '1 hour'
+                    WHERE network = (SELECT network FROM registration_buckets ORDER BY network LIMIT 1)
+                    """)
+            }
+            let maintenance = try await TestProject.run(["maintenance", "--database-url", db.url])
+            #expect(maintenance.status == 0, "\(maintenance.stderr)")
+            #expect(maintenance.stdout.contains("Registration buckets: 1 full one forgotten."), "\(maintenance.stdout)")
+            #expect(try await count() == 1)
+        }
+    }
+
+    /// Issue 58: each instance also forgets refilled buckets in the background (`BucketSweeper`), so that a deployment
+    /// without a maintenance cron keeps no network longer than it limits it.
+    @Test func everyInstanceForgetsRefilledBucketsInTheBackground() async throws {
+        try await TestDatabase.withAPI(configure: { $0.trustedProxies = ["127.0.0.1"]; $0.bucketSweepInterval = .milliseconds(200) }) { api, db in
+            #expect(try await api.send("PUT", "/v1/device", device: UUID(), headers: ["X-Forwarded-For": "203.0.113.8, 127.0.0.1"]).status == 201)
+            let count = { @Sendable in
+                try await db.withConnection { try $0.query("SELECT count(*) FROM registration_buckets")[0].decode(0, as: Int.self) }
+            }
+            #expect(try await count() == 1)  // not full: kept
+            try await db.withConnection { try $0.executeScript("UPDATE registration_buckets SET refilled_at = refilled_at - interval '1 hour'") }
+            let deadline = ContinuousClock.now + .seconds(60)
+            var left = 1
+            while left > 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                left = try await count()
+            }
+            #expect(left == 0, "the refilled bucket was not forgotten within 60 s")
+        }
+    }
+
+    /// Issue 58: an IPv6 /48 (free from tunnel brokers) holds 65 536 /64s, each with a bucket of its own: one
+    /// allocation could register 65 536 × 30 devices an hour. The /48 has a bucket too, and refuses a burst spread
+    /// over many /64s; another /48 registers.
+    @Test func aSlash48RefusesABurstSpreadOverItsSlash64s() async throws {
+        try await TestDatabase.withAPI(configure: {
+            $0.rates = RateLimits(registrationBurst: 30, registrationsPerHour: 120, wideRegistrationBurst: 5, wideRegistrationsPerHour: 1)
+            $0.trustedProxies = ["127.0.0.1"]
+        }) { api, _ in
+            var statuses: [Int] = []
+            let devices = (1...6).map { _ in UUID() }
+            for (n, device) in devices.enumerated() {
+                let client = "2001:db8:77:\(String(n + 1, radix: 16))::1"
+                statuses.append(try await api.send("PUT", "/v1/device", device: device, headers: ["X-Forwarded-For": "\(client), 127.0.0.1"]).status)
+            }
+            #expect(statuses == [201, 201, 201, 201, 201, 429], "\(statuses)")
+            // The refused registration made no device.
+            #expect(try await api.send("GET", "/v1/device", device: devices[5]).status == 404)
+            #expect(try await api.send("GET", "/v1/device", device: devices[4]).status == 200)
+            #expect(try await api.send("PUT", "/v1/device", device: UUID(), headers: ["X-Forwarded-For": "2001:db8:78:1::1, 127.0.0.1"]).status == 201)
+        }
     }
 }

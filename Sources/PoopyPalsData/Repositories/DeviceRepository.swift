@@ -21,21 +21,30 @@ public struct DeviceRepository: Sendable {
     /// - Throws: `InvalidField` before anything is sent; `RepositoryError.weakDeviceID` for a weak id that
     ///   is not registered; `PostgresError` otherwise.
     ///
-    /// With `network` (the client's, as `RateLimits.networkKey` makes it), a device really created takes a token of
-    /// that network's registration bucket (sql/0015), in the same statement: `RateLimited` when it is empty.
-    public func register(_ info: DeviceInfo, as device: DeviceID, network: String? = nil) async throws -> Registration {
+    /// With `network` (the key of the client's network, as `NetworkKeys` makes it), a device really created takes a
+    /// token of that network's registration bucket (sql/0015), in the same statement: `RateLimited` when it is empty;
+    /// with `wideNetwork` (an IPv6 client's /48), one of that bucket's too (sql/0037).
+    public func register(_ info: DeviceInfo, as device: DeviceID, network: String? = nil, wideNetwork: String? = nil) async throws -> Registration {
         try info.validate()
         let rates = database.rates
         let (burst, rate) = (Double(rates.registrationBurst), rates.registrationRate)
+        let (wideBurst, wideRate) = (Double(rates.wideRegistrationBurst), rates.wideRegistrationRate)
         // sql/0027: the function finds the device by the key map, creates it (with the network's registration token
         // and its map row) or updates it, in the request's one statement.
         return try await database.asDevice(device, idempotent: true) { tx in
             // The device's stored id is looked up after it, in the same round trip, and kept for the requests to come.
-            let row = try tx.finalQueryThenStoredID("""
+            // With a /48 (an IPv6 client) the form that also takes its token (sql/0037); else 0027's, as before.
+            let row = try (wideNetwork.map { wide in
+                try tx.finalQueryThenStoredID("""
+                    SELECT outcome, \(unescaped: Device.columns) FROM poopypals_register_device(
+                        \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator),
+                        \(device.isStrong), \(network ?? ""), \(burst), \(rate), \(wide), \(wideBurst), \(wideRate))
+                    """)
+            } ?? tx.finalQueryThenStoredID("""
                 SELECT outcome, \(unescaped: Device.columns) FROM poopypals_register_device(
                     \(info.model), \(info.osVersion), \(info.appVersion), \(info.buildNumber), \(info.isSimulator),
                     \(device.isStrong), \(network ?? ""), \(burst), \(rate))
-                """)[0]
+                """))[0]
             switch try row.decode("outcome", as: String.self) {
             case "created": return Registration(device: try Device(row: row, id: device), created: true)
             case "updated": return Registration(device: try Device(row: row, id: device), created: false)

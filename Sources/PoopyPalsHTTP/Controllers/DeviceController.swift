@@ -23,8 +23,8 @@ struct DeviceController: Sendable {
         let info = DeviceInfo(model: try body.string("model"), osVersion: try body.string("osVersion"),
                               appVersion: try body.string("appVersion"), buildNumber: try body.string("buildNumber"),
                               isSimulator: try body.bool("isSimulator") ?? false)
-        let network = clientNetwork.name(of: request, context: context).map(RateLimits.networkKey)
-        let registration = try await devices.register(info, as: device, network: network)
+        let buckets = clientNetwork.bucketKeys(of: request, context: context)
+        let registration = try await devices.register(info, as: device, network: buckets?.network, wideNetwork: buckets?.wide)
         return try JSONResponse.make(registration.created ? .created : .ok, writing: DeviceBody(registration.device))
     }
 

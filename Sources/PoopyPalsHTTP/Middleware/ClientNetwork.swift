@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import PoopyPalsData
 
 /// Names the network a client is on, for the registration limit (sql/0015) and the connection limit per address:
 /// an IPv4 address whole (an IPv4-mapped IPv6 address counts as its IPv4 one), an IPv6 address by its /64 (what one
@@ -9,9 +10,28 @@ import NIOCore
 struct ClientNetwork: Sendable {
     /// In `normalized` form.
     let trustedProxies: Set<String>
+    /// The registration buckets' keys (sql/0037): the database holds these, never a network's text.
+    let keys: NetworkKeys
 
-    init(trustedProxies: [String] = []) {
+    init(trustedProxies: [String] = [], keys: NetworkKeys = NetworkKeys(tokenSecret: "")) {
         self.trustedProxies = Set(trustedProxies.compactMap(Self.normalized))
+        self.keys = keys
+    }
+
+    /// The registration buckets of a request's client, as keys: its network's (an IPv4 address, an IPv6 /64), and
+    /// for IPv6 its /48's, which a registration also takes a token of (so that one allocation cannot register a
+    /// burst from each of its 65 536 /64s).
+    func bucketKeys(of request: Request, context: APIContext) -> (network: String, wide: String?)? {
+        guard let network = name(of: request, context: context) else { return nil }
+        return (keys.key(network), Self.wideNetwork(of: network).map(keys.key))
+    }
+
+    /// `v6:a:b:c::/48` for `v6:a:b:c:d::/64`; nil for an IPv4 network.
+    static func wideNetwork(of network: String) -> String? {
+        guard network.hasPrefix("v6:"), network.hasSuffix("::/64") else { return nil }
+        let groups = network.dropFirst(3).dropLast(5).split(separator: ":", omittingEmptySubsequences: false)
+        guard groups.count == 4 else { return nil }
+        return "v6:" + groups.prefix(3).joined(separator: ":") + "::/48"
     }
 
     func name(of request: Request, context: APIContext) -> String? {

@@ -24,6 +24,9 @@ public struct APIConfiguration: Sendable {
     public var shutdownGrace: Duration = .seconds(6)
     public static let longestShutdownGrace: Duration = .seconds(8)
     public var jwtSecret: String
+    /// The secret of the registration buckets' keys (`POOPYPALS_NETWORK_KEY_SECRET`); nil: derived from `jwtSecret`
+    /// (`NetworkKeys`). The same on every instance, or the limit counts each instance's registrations apart.
+    public var networkKeySecret: String?
     /// `AUTH_JWT_ISSUER` / `AUTH_JWT_AUDIENCE`.
     public var tokenRequirements = TokenRequirements()
     /// `/metrics` listens here, apart from the API (`POOPYPALS_METRICS_PORT`; 0 picks a free port).
@@ -54,6 +57,9 @@ public struct APIConfiguration: Sendable {
     public var maxExports = 4
     /// How often the background looks for device erasures to finish (`ErasureWorker`); nil: never (tests).
     public var erasureInterval: Duration? = .seconds(5)
+    /// How often the background deletes the registration buckets that have refilled (`RegistrationBuckets`); nil:
+    /// never (tests).
+    public var bucketSweepInterval: Duration? = .seconds(60)
     /// How often the instance asks whether its release can serve the database's schema (`SchemaGate`), beside
     /// `/readyz` and right after an error a schema change causes.
     public var schemaCheckInterval: Duration = .seconds(5)

@@ -32,7 +32,8 @@ func buildApplication(
                             deviceSlots: DeviceSlots(wait: configuration.deviceWait),
                             quotas: configuration.quotas, rates: configuration.rates)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
-    let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies)
+    let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies,
+                                      keys: NetworkKeys(configured: configuration.networkKeySecret, tokenSecret: configuration.jwtSecret))
     // On the background connection (shared with the erasures), not the probe's: a schema check never makes
     // readiness wait, and no instance opens a connection more for it.
     let schema = SchemaGate(pool: pools.background, logger: logger)
@@ -71,6 +72,9 @@ func buildApplication(
         services: [PoolShutdown(pools: pools, logger: logger), metrics, SchemaWatch(gate: schema, interval: configuration.schemaCheckInterval)]
             + (configuration.erasureInterval.map { interval in
                 [ErasureWorker(erasures: PendingErasures(database: Database(pool: pools.background, timeouts: configuration.timeouts)),
+                               interval: interval, logger: logger)] } ?? [])
+            + (configuration.bucketSweepInterval.map { interval in
+                [BucketSweeper(database: Database(pool: pools.background, timeouts: configuration.timeouts, rates: configuration.rates),
                                interval: interval, logger: logger)] } ?? []),
         onServerRunning: { channel in await onListening(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
