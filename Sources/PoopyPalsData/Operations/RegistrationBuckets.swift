@@ -4,7 +4,7 @@ import PostgresClient
 /// `NetworkKeys`, holding the tokens left and when they were counted. A bucket that has refilled to its burst holds
 /// nothing a missing row does not, so it is deleted: by every instance's background work (each minute) and by
 /// `poopypals maintenance`. The table then holds only networks that registered within one refill window (burst /
-/// rate: 15 minutes for an IPv4 address or an IPv6 /64 and 15 minutes for a /48, by default).
+/// rate: 15 minutes by default, for an IPv4 address, an IPv6 /64 and a /48 alike).
 public enum RegistrationBuckets {
     /// Deletes every full bucket under `rates`, in a transaction of its own, as the service role; returns how many.
     /// - Throws: `PostgresError`; `TransactionError`.
