@@ -160,11 +160,14 @@ struct RateLimitTests {
             }
             #expect(try await count() == 2)
             // One of them counted an hour ago: 120 an hour have refilled its one token long since. (The owner moves the
-            // time back; nothing else changes.)
+            // time back; nothing else changes.) The other is made empty: one token taken refills in 30 s, and CI once
+            // took longer than that to get from the registration to maintenance (both were forgotten); 30 take 15 min.
             try await db.withConnection { conn in
                 try conn.executeScript("""
                     UPDATE registration_buckets SET refilled_at = refilled_at - interval '1 hour'
-                    WHERE network = (SELECT network FROM registration_buckets ORDER BY network LIMIT 1)
+                    WHERE network = (SELECT network FROM registration_buckets ORDER BY network LIMIT 1);
+                    UPDATE registration_buckets SET tokens = 0
+                    WHERE network = (SELECT network FROM registration_buckets ORDER BY network DESC LIMIT 1)
                     """)
             }
             let maintenance = try await TestProject.run(["maintenance", "--database-url", db.url])

@@ -118,14 +118,18 @@ public enum TestProject {
 
 extension TestDatabase {
     /// A connection URL for this database, for child processes. Test code only: it carries the password
-    /// of the test server's URL along.
+    /// of the test server's URL along. It waits 30 s to connect, as the tests' own pools do (unless the server's URL
+    /// says otherwise): the CLI's 10 s ran out once in CI while sixty suites were using the server.
     public var url: String {
         let base = configuration.connectionString ?? ""
         if var components = URLComponents(string: base), components.scheme?.hasPrefix("postgres") == true {
             components.path = "/" + name
+            var items = components.queryItems ?? []
+            if !items.contains(where: { $0.name == "connect_timeout" }) { items.append(URLQueryItem(name: "connect_timeout", value: "30")) }
+            components.queryItems = items
             return components.string ?? base
         }
-        return base + " dbname=" + name
+        return base + " dbname=" + name + (base.contains("connect_timeout") ? "" : " connect_timeout=30")
     }
 }
 
