@@ -4,7 +4,7 @@ SWIFT ?= swift
 # Recursive (=): asked of SwiftPM only by the targets that use it, not for every target at parse time.
 BIN = $(shell $(SWIFT) build --show-bin-path 2>/dev/null)/poopypals
 
-.PHONY: help run test check bench build db-start db-stop db-reset migrate status schema
+.PHONY: help run test check fuzz bench build db-start db-stop db-reset migrate status schema
 
 ## make help: list the targets (from these ## lines)
 help:
@@ -22,6 +22,10 @@ test:
 ## make check: the quick check for every commit: build, then the unit tests and the PostgreSQL 15 suite only
 check:
 	@SWIFT="$(SWIFT)" scripts/test.sh --quick
+
+## make fuzz: schemathesis against a live server for FUZZ_MAX_TIME seconds (default 600; make test runs 120)
+fuzz: build
+	@url="$$(scripts/db.sh start)" && FUZZ_MAX_TIME=$${FUZZ_MAX_TIME:-600} scripts/fuzz.sh "$$url" "$(BIN)"
 
 ## make bench: our data layer and API beside pgbench on the same SQL (release build; updates bench/README.md)
 bench:
