@@ -23,7 +23,7 @@ test:
 check:
 	@SWIFT="$(SWIFT)" scripts/test.sh --quick
 
-## make fuzz: schemathesis against a live server for FUZZ_MAX_TIME seconds (default 600; make test runs 120)
+## make fuzz: schemathesis against a live server for FUZZ_MAX_TIME seconds (default 600; make test runs one pass)
 fuzz: build
 	@url="$$(scripts/db.sh start)" && FUZZ_MAX_TIME=$${FUZZ_MAX_TIME:-600} scripts/fuzz.sh "$$url" "$(BIN)"
 

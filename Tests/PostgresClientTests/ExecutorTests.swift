@@ -41,7 +41,10 @@ struct ExecutorTests {
     /// read in tasks that a loaded machine may resume seconds late.
     @Test func aSlowBodyDoesNotStallTheOtherTasksOnTheExecutor() async throws {
         try await TestDatabase.with { db in
-            let pool = db.pool(size: 2)
+            // A minute to wait for a connection, and a slow statement (cancelled at the end) that outlasts it: the
+            // second connection is opened while the slow one runs, and under CI's load that login took more than
+            // the pool's default 10 s once (CI of stop 60); how long the quick ones wait is not what is tested.
+            let pool = db.pool(size: 2, acquireTimeout: .seconds(60))
             let executor = pool.taskExecutor()
             let slowStarted = Locked(false)
             let slowReturned = Locked(false)
@@ -49,7 +52,7 @@ struct ExecutorTests {
                 try await pool.withConnection { conn in
                     slowStarted.withLock { $0 = true }
                     defer { slowReturned.withLock { $0 = true } }
-                    try conn.query("SELECT pg_sleep(30)")
+                    try conn.query("SELECT pg_sleep(300)")
                 }
             }
             while !slowStarted.value { try await Task.sleep(for: .milliseconds(10)) }
@@ -63,7 +66,7 @@ struct ExecutorTests {
                 return try await group.reduce(0, +)
             }
             #expect(quick == 45)
-            // Done while the slow statement still runs, not behind its 30 s.
+            // Done while the slow statement still runs, not behind its 300 s.
             #expect(!slowReturned.value, "the quick ones took \(ContinuousClock.now - started)")
             slow.cancel()  // cancels the statement on the server
             _ = await slow.result

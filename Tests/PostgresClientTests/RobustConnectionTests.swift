@@ -104,6 +104,32 @@ struct RobustConnectionTests {
         }
     }
 
+    /// A connection the server ends says why: the server's (or PgBouncer's) last message, not only libpq's "server
+    /// closed the connection unexpectedly", which is all CI's log had of a COMMIT lost through PgBouncer once (CI of
+    /// stop 60). Here the backend is terminated inside a transaction, directly and through PgBouncer (which then
+    /// closes its client too), and the next statement's error names the termination.
+    @Test(arguments: [false, true])
+    func aConnectionTheServerEndsSaysWhy(throughPgBouncer: Bool) async throws {
+        guard !throughPgBouncer || TestEnvironment.hasPgBouncer else { return }
+        try await TestDatabase.with { db in
+            let target = throughPgBouncer ? try db.throughPgBouncer : db
+            let connection = try Connection(configuration: target.configuration)
+            try connection.executeScript("BEGIN")
+            let pid = try connection.query("SELECT pg_backend_pid()")[0].decode(0, as: Int32.self)
+            let terminated = try await db.withConnection { conn in
+                try conn.query("SELECT pg_terminate_backend(\(pid)::int, 5000)")[0].decode(0, as: Bool.self)
+            }
+            #expect(terminated)
+            do {
+                _ = try connection.query("SELECT 1")
+                Issue.record("a statement on a terminated backend succeeded")
+            } catch let error as PostgresClientError {
+                #expect(error.kind == .connectionLost)
+                #expect(error.message.contains("terminating connection due to administrator command"), "\(error)")
+            }
+        }
+    }
+
     @Test func theStatementCacheIsBoundedOnBothSides() async throws {
         try await TestDatabase.with { db in
             var configuration = db.configuration

@@ -190,7 +190,10 @@ public struct TestDatabase: Sendable {
             }
             var configuration = ConnectionConfiguration(connectionString: url, database: name,
                                                         applicationName: "poopypals-tests", statementCache: false)
-            configuration.connectTimeoutSeconds = 10
+            // 30 s, as the server's own URL (`serverConfiguration`): a login through PgBouncer to a fresh test database
+            // is a server login too (PgBouncer opens one for the database's new pool before it answers), and CI's
+            // load once took more than 10 s for it, failing two tests at connect (CI of stop 60).
+            configuration.connectTimeoutSeconds = 30
             return TestDatabase(name: name, configuration: configuration)
         }
     }

@@ -323,10 +323,14 @@ public final class Connection {
                 results.append(.success(result))
             }
         }
-        guard let sync = PQgetResult(pointer) else { throw abandonPipeline() }
+        // A statement's failure that is the server's goodbye (it ended the session), said with the lost connection.
+        let goodbye = results.lazy.compactMap { result -> PostgresError? in
+            if case .failure(let error as PostgresError) = result, ["FATAL", "PANIC"].contains(error.severity) { error } else { nil }
+        }.first
+        guard let sync = PQgetResult(pointer) else { throw abandonPipeline(goodbye: goodbye) }
         let syncStatus = PQresultStatus(sync)
         PQclear(sync)
-        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline() }
+        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline(goodbye: goodbye) }
 
         for (sql, name, persists) in prepared { statements.insert(sql, name: name, persists: persists) }
         // Only the first failure is the server's verdict; the rest were skipped because of it.
@@ -423,7 +427,7 @@ public final class Connection {
         while let extra = PQgetResult(pointer) {
             PQclear(extra)
         }
-        if PQresultStatus(raw) == PGRES_FATAL_ERROR, !isOpen { throw abandonPipeline() }
+        if PQresultStatus(raw) == PGRES_FATAL_ERROR, !isOpen { throw abandonPipeline(goodbye: result.serverError) }
         return result
     }
 
@@ -442,10 +446,17 @@ public final class Connection {
     }
 
     /// The connection is no longer in a known protocol state: mark it broken so the pool replaces it.
-    private func abandonPipeline() -> PostgresClientError {
+    /// `goodbye`: the server's error that ended the session, when one came before the connection closed (an
+    /// administrator's termination, the idle-in-transaction timeout, a shutdown): said before libpq's "server closed
+    /// the connection unexpectedly", which says nothing of why (all CI's log had of a COMMIT lost once, stop 60).
+    private func abandonPipeline(goodbye: PostgresError? = nil) -> PostgresClientError {
         let error = connectionError()
         isBroken = true
-        return error.kind == .deadlineExceeded ? error : PostgresClientError(.connectionLost, error.message)
+        guard error.kind != .deadlineExceeded else { return error }
+        guard let goodbye, ["FATAL", "PANIC"].contains(goodbye.severity) else {
+            return PostgresClientError(.connectionLost, error.message)
+        }
+        return PostgresClientError(.connectionLost, "\(goodbye); \(error.message)")
     }
 
     private var lastErrorMessage: String {
