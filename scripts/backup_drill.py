@@ -216,7 +216,12 @@ class Drill:
             def the_mistake():
                 at = time.monotonic()
                 time.sleep(0.05)  # the target falls strictly between two commits' clocks
-                cluster("sql", "DELETE FROM poop_logs", timeout=70)
+                # The device write limit (sql/0015's bucket, 2 000 then 20 a second) is charged by every deleted
+                # row, an operator's too: after a fast machine's load a device had fewer tokens left than logs, and
+                # the mistake itself was refused (PPR01, make test of stop 61). Lifted for this session: the drill's
+                # subject is the restore, not the limit.
+                cluster("sql", "SET poopypals.device_write_burst = '1e9'; SET poopypals.device_write_rate = '1e12'; "
+                        "DELETE FROM poop_logs", timeout=70)
                 say(f"{self.name}: target {pg_time(wall(at))}, then DELETE FROM poop_logs")
                 return at
             outcomes, target = self.load_around(service, devices[:DEVICES], the_mistake)

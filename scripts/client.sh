@@ -21,10 +21,13 @@ elif [ "$(id -u)" = 0 ]; then scratch=/var/cache/poopypals/client-build
 else scratch=${XDG_CACHE_HOME:-$HOME/.cache}/poopypals/client-build; fi
 mkdir -p "$(dirname "$scratch")"
 exec 9>"$scratch.lock"
-flock -w 900 9 || { say "another checkout's client build has held $scratch for 15 minutes"; exit 1; }
+locked=0; flock -w 900 9 || locked=$?
+[ "$locked" != 1 ] || { say "another checkout's client build has held $scratch for 15 minutes"; exit 1; }
+[ "$locked" = 0 ] || { say "flock on $scratch.lock failed (exit $locked)"; exit 1; }
 # Build before the server starts: the first build compiles the generator (a few minutes on 2 cores).
 "$SWIFT" build --package-path clients/swift --scratch-path "$scratch" --build-tests
-start_live_server "$url" "$bin"
+# Without the lock's descriptor (9>&-): a server that outlived this script would hold the lock for every later run.
+start_live_server "$url" "$bin" 9>&-
 say "the generated client against $api"
 POOPYPALS_API_URL=$api POOPYPALS_API_TOKEN=$token "$SWIFT" test --package-path clients/swift --scratch-path "$scratch" \
   --skip-build --disable-xctest

@@ -978,7 +978,9 @@ case "$cmd" in
     # As the superuser on the primary, database poopypals (a drill's "mistaken statement"); bounded.
     need_cluster; [ -n "${2:-}" ] || die "usage: scripts/cluster.sh sql 'SQL'"
     port=$(port_in_state primary wait_primary single) || die "no primary right now"
-    as_owner timeout 60 "$BINDIR/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres -d poopypals -c "$2" ;;
+    # timeout's 124 said, not left silent (a drill's DELETE under make test's load once failed with no word).
+    as_owner timeout 60 "$BINDIR/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres -d poopypals -c "$2" \
+      || { status=$?; [ "$status" != 124 ] || die "the statement did not end within 60 s on the primary (port $port)"; exit "$status"; } ;;
   destroy) need_cluster; destroy_nodes ;;
   restore) need_cluster; shift; restore_cluster "$@" ;;
   wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), both secondaries in sync" ;;

@@ -32,7 +32,8 @@ device=$(python3 -c 'import uuid; print(uuid.uuid4())')
 curl -sf -o /dev/null -X PUT "$api/v1/device" -H "X-Device-ID: $device" -H 'Content-Type: application/json' -d '{}'
 curl -sf -o /dev/null -X PUT "$api/v1/profile" -H "X-Device-ID: $device" -H "Authorization: Bearer $token"
 
-say "schemathesis against $api (seed ${FUZZ_SEED:-1}, at most ${FUZZ_MAX_EXAMPLES:-30} examples, ${FUZZ_MAX_TIME:+a budget of $FUZZ_MAX_TIME s}${FUZZ_MAX_TIME:-one pass})"
+budget=${FUZZ_MAX_TIME:+a budget of $FUZZ_MAX_TIME s}; budget=${budget:-one pass}
+say "schemathesis against $api (seed ${FUZZ_SEED:-1}, at most ${FUZZ_MAX_EXAMPLES:-30} examples, $budget)"
 # scripts/fuzz_hooks.py keeps the run on the server's logic: timestamps inside the clock's windows, a device of
 # their own for rotation and erasure, a log under every well-formed log id, and the run's device wherever a case
 # sends a well-formed X-Device-ID.

@@ -6,6 +6,7 @@
 
 /* The PG_DIAG_* field codes are char macros, which Swift cannot import. */
 static const int CLIBPQ_DIAG_SEVERITY_NONLOCALIZED = 'V';
+static const int CLIBPQ_DIAG_SEVERITY = 'S';
 static const int CLIBPQ_DIAG_SQLSTATE = 'C';
 static const int CLIBPQ_DIAG_MESSAGE_PRIMARY = 'M';
 static const int CLIBPQ_DIAG_MESSAGE_DETAIL = 'D';

@@ -70,7 +70,8 @@ public final class QueryResult: @unchecked Sendable, RandomAccessCollection {
         guard let state = field(CLIBPQ_DIAG_SQLSTATE) else { return nil }
         return PostgresError(
             sqlState: SQLState(rawValue: state),
-            severity: field(CLIBPQ_DIAG_SEVERITY_NONLOCALIZED) ?? "ERROR",
+            // PgBouncer's own errors carry only the localized field (S), in English: "FATAL" when it ends the session.
+            severity: field(CLIBPQ_DIAG_SEVERITY_NONLOCALIZED) ?? field(CLIBPQ_DIAG_SEVERITY) ?? "ERROR",
             message: field(CLIBPQ_DIAG_MESSAGE_PRIMARY) ?? "",
             detail: field(CLIBPQ_DIAG_MESSAGE_DETAIL), hint: field(CLIBPQ_DIAG_MESSAGE_HINT),
             schema: field(CLIBPQ_DIAG_SCHEMA_NAME), table: field(CLIBPQ_DIAG_TABLE_NAME),
