@@ -41,6 +41,8 @@ logs=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
 failed=() failed_logs=()
 fail() { failed+=("$1"); [ -z "${2:-}" ] || failed_logs+=("$2"); }  # STAGE [ITS LOG]
+# A PgBouncer's log and its length now (a PgBouncer left running keeps its log): summed up from there if a stage fails.
+remember_bouncer_log() { bouncer_logs+=("$1"); bouncer_log_lines+=("$(wc -l 2>/dev/null <"$1" || echo 0)"); }  # LOG
 # True, having said so at the end of LOG, when LOG shows no passing test run: a filter that matches nothing passes.
 ran_no_test() {  # LOG WHAT
   ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$1" || return 1
@@ -82,8 +84,7 @@ else
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
   superusers+=("$(scripts/db.sh superuser-url)") bindirs+=("$(scripts/db.sh bindir)")
-  bouncer_logs+=("$(scripts/db.sh pgbouncer-log)")
-  bouncer_log_lines+=("$(wc -l 2>/dev/null <"${bouncer_logs[-1]}" || echo 0)")  # a PgBouncer left running keeps its log
+  remember_bouncer_log "$(scripts/db.sh pgbouncer-log)"
   if $quick; then
     :
   elif [ "$system_version" = 18 ]; then
@@ -93,8 +94,7 @@ else
     labels+=("PostgreSQL 18") urls+=("$url") bouncers+=("$bouncer")
     superusers+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh superuser-url)")
     bindirs+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh bindir)")
-    bouncer_logs+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer-log)")
-    bouncer_log_lines+=("$(wc -l 2>/dev/null <"${bouncer_logs[-1]}" || echo 0)")
+    remember_bouncer_log "$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer-log)"
   fi
 fi
 

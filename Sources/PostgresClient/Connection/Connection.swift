@@ -323,14 +323,12 @@ public final class Connection {
                 results.append(.success(result))
             }
         }
-        // A statement's failure that is the server's goodbye (it ended the session), said with the lost connection.
-        let goodbye = results.lazy.compactMap { result -> PostgresError? in
-            if case .failure(let error as PostgresError) = result, ["FATAL", "PANIC"].contains(error.severity) { error } else { nil }
-        }.first
-        guard let sync = PQgetResult(pointer) else { throw abandonPipeline(goodbye: goodbye) }
+        guard let sync = PQgetResult(pointer) else { throw abandonPipeline(goodbye: Self.goodbye(in: results)) }
         let syncStatus = PQresultStatus(sync)
         PQclear(sync)
-        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else { throw abandonPipeline(goodbye: goodbye) }
+        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else {
+            throw abandonPipeline(goodbye: Self.goodbye(in: results))
+        }
 
         for (sql, name, persists) in prepared { statements.insert(sql, name: name, persists: persists) }
         // Only the first failure is the server's verdict; the rest were skipped because of it.
@@ -453,10 +451,14 @@ public final class Connection {
         let error = connectionError()
         isBroken = true
         guard error.kind != .deadlineExceeded else { return error }
-        guard let goodbye, ["FATAL", "PANIC"].contains(goodbye.severity) else {
-            return PostgresClientError(.connectionLost, error.message)
-        }
+        guard let goodbye, goodbye.endedTheSession else { return PostgresClientError(.connectionLost, error.message) }
         return PostgresClientError(.connectionLost, "\(goodbye); \(error.message)")
+    }
+
+    /// The first statement's failure in `results` that is the server's goodbye: read only once the batch has failed.
+    private static func goodbye(in results: [Result<QueryResult, any Error>]) -> PostgresError? {
+        for case .failure(let error as PostgresError) in results where error.endedTheSession { return error }
+        return nil
     }
 
     private var lastErrorMessage: String {
@@ -528,4 +530,9 @@ public final class CancelToken: @unchecked Sendable {
         var buffer = [CChar](repeating: 0, count: 256)
         return PQcancel(handle, &buffer, Int32(buffer.count)) == 1
     }
+}
+
+extension PostgresError {
+    /// FATAL or PANIC: the server ends the session after sending it.
+    var endedTheSession: Bool { severity == "FATAL" || severity == "PANIC" }
 }
