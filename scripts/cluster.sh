@@ -27,7 +27,7 @@
 #                                      PostgreSQL); resume-node PORT sends SIGCONT
 #   scripts/cluster.sh restart-node PORT   start the node's keeper again after a kill: it rejoins as secondary
 #   scripts/cluster.sh switchover      pg_autoctl perform switchover, bounded in time
-#   scripts/cluster.sh primaries-sync [NAME]  each node (or NAME) taking writes: NAME PORT
+#   scripts/cluster.sh primaries-sync [NAME]  each node (or NAME) taking writes: NAME PORT NOW LOADED
 #                                      'synchronous_standby_names' ('' = commits acknowledged with one copy)
 #   scripts/cluster.sh wait-healthy [SECONDS]   wait (default 60 s) for a primary and both secondaries in sync
 #   scripts/cluster.sh backup [full|diff|incr]   a pgBackRest backup (default incr), from a standby
@@ -751,7 +751,10 @@ switchover() {
 }
 
 # Every answering node that takes writes (not in recovery, not read-only by default), one a line:
-# "NAME PORT 'synchronous_standby_names'". An empty value means it acknowledges commits that exist on it alone
+# "NAME PORT NOW LOADED 'synchronous_standby_names'": NOW is the server's clock when it read the setting, LOADED when
+# it last loaded its configuration (pg_conf_load_time(): synchronous_standby_names changes only so), both in seconds
+# since the epoch, so that a window's edges come from the server rather than from when a sample ran (failover.py).
+# An empty value means it acknowledges commits that exist on it alone
 # (pg_auto_failover's wait_primary of a formation whose number_sync_standbys is 0): failover.py watches for it.
 # Left out: a node that does not answer within 2 s (hung, down), and a promoted node that pg_auto_failover keeps
 # read-only (default_transaction_read_only) until a standby follows it: neither acknowledges a write.
@@ -760,7 +763,8 @@ primaries_sync() {  # [NAME]: that node only
   for name in $(awk -v only="${1:-}" '$1 ~ /^node[0-9]+$/ && (only == "" || $1 == only) { print $1 }' "$STATE/ports"); do
     port=$(port_of "$name")
     value=$(as_owner timeout 2 "$BINDIR/psql" -X -A -t -q -h "$SOCK" -p "$port" -U postgres -d postgres -c \
-      "SELECT quote_literal(current_setting('synchronous_standby_names')) WHERE NOT pg_is_in_recovery()
+      "SELECT extract(epoch FROM clock_timestamp()) || ' ' || extract(epoch FROM pg_conf_load_time()) || ' '
+         || quote_literal(current_setting('synchronous_standby_names')) WHERE NOT pg_is_in_recovery()
          AND NOT current_setting('default_transaction_read_only')::boolean" \
       2>/dev/null) || continue
     [ -n "$value" ] && echo "$name $port $value"

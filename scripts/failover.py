@@ -300,23 +300,30 @@ class SingleCopyWatch:
     bound up to ~2.5 s). So: the primary of before the fault never, a promoted node for at most PROMOTED_WINDOW
     seconds in a row.
 
-    Each node is sampled by a thread of its own, every 0.2 s at best (was 0.5 s: the window's bound grows with the
-    spacing of the samples around it, and it once reached 3.4 s for a window pg_autoctl logged as under 1 s, on a
-    cluster just made; 2 s at most a sample: a hung node costs its
-    own thread that, not the others'; asked one after another, a hung old primary spaced every sample ~2.5 s apart,
-    and the new primary's window after a promotion was bounded at 5.3 s, failing hang-primary once). Each sample is
-    stamped at its middle. A run of a
-    node's samples that saw it empty lasts from the sample before the run (the last that did not) to the sample after
-    it (or the run's last): the longest it can have been."""
+    Each node is sampled by a thread of its own, every 0.2 s at best (asked one after another, a hung old primary
+    spaced every sample ~2.5 s apart; 2 s at most a sample: a hung node costs its own thread that, not the others').
+    A window's edges come from the server, not from when a sample ran: a sample that answers carries the server's
+    clock when it read the setting and the time it last loaded its configuration (scripts/cluster.sh primaries-sync).
+    A window lasts at most from the read of the sample before it (when the node was not yet in it; for a sample the
+    node did not answer as a writable primary, that sample's start) to the configuration load that ended it, as the
+    sample after it reports (synchronous_standby_names changes only by a reload, which that sample's load time is or
+    follows), or that sample's end when the node did not answer it so. (Edges taken from the samples' own times, the
+    middle of the sample on each side, made a window pg_autoctl logged at ~1 s one of 3.0 s and more on a loaded
+    machine: CI of stop 61 failed kill-primary so; the same run here, its node's log: read-only off at 51.492,
+    synchronous_standby_names set at 52.541.)"""
 
     PROMOTED_WINDOW = 3.0
     NODES = ("node1", "node2", "node3")
 
     def __init__(self, primary_before):
         self.primary_before = primary_before
-        self.samples = {name: [] for name in self.NODES}  # name → [(monotonic end of the sample, "name:port" or None)]
+        # name → [Sample]: began and ended (monotonic), single ("name:port" or None), and, when the node answered as
+        # a writable primary, read (its clock at the read) and loaded (its last configuration load), as monotonic.
+        self.samples = {name: [] for name in self.NODES}
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(name,), daemon=True) for name in self.NODES]
+
+    Sample = collections.namedtuple("Sample", "began ended single read loaded")
 
     def start(self):
         for thread in self.threads:
@@ -330,14 +337,20 @@ class SingleCopyWatch:
             except HarnessError:
                 rows = None
             if rows is not None:
-                single = None
+                ended = time.monotonic()
+                to_monotonic = ended - time.time()  # the server's clock is this machine's
+                single = read = loaded = None
                 for line in rows.splitlines():
-                    node, port, value = (line.split(" ", 2) + ["", ""])[:3]
-                    if node == name and value == "''":
+                    node, port, now, load, value = (line.split(" ", 4) + [""] * 4)[:5]
+                    if node != name:
+                        continue
+                    try:
+                        read, loaded = float(now) + to_monotonic, float(load) + to_monotonic
+                    except ValueError:
+                        read = loaded = None
+                    if value == "''":
                         single = f"{node}:{port}"
-                # Stamped at the sample's middle: the value was read somewhere in it (a sample stamped at its end
-                # moved a window's edges by a whole sample's time, which a loaded machine makes long).
-                self.samples[name].append(((began + time.monotonic()) / 2, single))
+                self.samples[name].append(self.Sample(began, ended, single, read, loaded))
             self.stopping.wait(0.2)
 
     def stop(self):
@@ -347,22 +360,30 @@ class SingleCopyWatch:
                 thread.join(30)
 
     def windows(self, fault):
-        """Every run of a node's samples that saw it empty: (node, start, end) in seconds from the fault, from the
-        sample before the run to the sample after it (the longest the node can have been so)."""
+        """Every run of a node's samples that saw it empty: (node, start, end) in seconds from the fault, the longest
+        the node can have been so (see the class)."""
         runs = []
         for samples in self.samples.values():
             count = len(samples)
             i = 0
             while i < count:
-                if samples[i][1] is None:
+                if samples[i].single is None:
                     i += 1
                     continue
                 j = i
-                while j + 1 < count and samples[j + 1][1] is not None:
+                while j + 1 < count and samples[j + 1].single is not None:
                     j += 1
-                start = samples[max(i - 1, 0)][0]
-                end = samples[min(j + 1, count - 1)][0]
-                runs.append((samples[i][1], start - fault, end - fault))
+                if i > 0:
+                    before = samples[i - 1]
+                    start = before.read if before.read is not None else before.began
+                else:
+                    start = samples[i].began
+                if j + 1 < count:
+                    after = samples[j + 1]
+                    end = after.loaded if after.loaded is not None else after.ended
+                else:
+                    end = samples[j].ended
+                runs.append((samples[i].single, start - fault, end - fault))
                 i = j + 1
         return sorted(runs, key=lambda run: run[1])
 

@@ -84,16 +84,32 @@ start_local() {
   # ephemeral range, where a client connection's local end can hold a port nothing listens on; PostgreSQL 18's
   # restart failed so once). Then the server moves to the next free port, and its URL with it (PgBouncer's
   # configuration is written from $STATE/port at each start).
-  local port free; port=$(cat "$STATE/port"); free=$(first_free_port "$port")
-  if [ "$free" != "$port" ]; then
-    say "port $port is taken now; this server moves to $free"
-    echo "port = $free" | as_owner tee -a "$STATE/data/postgresql.conf" >/dev/null
-    echo "$free" >"$STATE/port"
-    sed -i "s|@127.0.0.1:$port/|@127.0.0.1:$free/|" "$STATE/url"
-  fi
-  as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -l "$STATE/data/server.log" -w -t 60 start >/dev/null \
-    || { tail -20 "$STATE/data/server.log" >&2 || true; die "the server did not start"; }
+  # The check and the server's bind() are apart, and a connection can take the port between them (make test
+  # after a failover run here: "could not bind IPv4 address "127.0.0.1": Address already in use" on 55432, which
+  # the check had found free): then the next free port, up to five times.
+  local port free attempt log=$STATE/data/server.log seen
+  for attempt in 1 2 3 4 5; do
+    port=$(cat "$STATE/port"); free=$(first_free_port "$port")
+    if [ "$free" != "$port" ]; then
+      say "port $port is taken now; this server moves to $free"
+      move_port "$port" "$free"
+    fi
+    seen=$(as_owner stat -c %s "$log" 2>/dev/null || echo 0)
+    as_owner "$BINDIR/pg_ctl" -D "$STATE/data" -l "$log" -w -t 60 start >/dev/null && break
+    if [ "$attempt" -lt 5 ] && as_owner tail -c "+$((seen + 1))" "$log" 2>/dev/null | grep -q "could not bind IPv4 address"; then
+      say "127.0.0.1:$free was taken as the server started; trying the next port"
+      move_port "$free" "$(first_free_port $((free + 1)))"
+      continue
+    fi
+    tail -20 "$log" >&2 || true; die "the server did not start"
+  done
   say "PostgreSQL running on 127.0.0.1:$(cat "$STATE/port")"
+}
+
+move_port() {  # FROM TO: the server's port, its record and its URL
+  echo "port = $2" | as_owner tee -a "$STATE/data/postgresql.conf" >/dev/null
+  echo "$2" >"$STATE/port"
+  sed -i "s|@127.0.0.1:$1/|@127.0.0.1:$2/|" "$STATE/url"
 }
 
 # Where a cluster goes when the postgres user cannot reach its folder: one per project and per cluster folder.
