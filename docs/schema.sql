@@ -55,6 +55,34 @@ ALTER FUNCTION public.get_current_device_user_id() OWNER TO <login>;
 COMMENT ON FUNCTION public.get_current_device_user_id() IS 'The user the transaction''s device is linked to, from the key map (sql/0028): what users'' device policies compare with.';
 
 --
+-- Name: poop_logs_flush_changes(); Type: FUNCTION; Schema: public; Owner: <login>
+--
+
+CREATE FUNCTION public.poop_logs_flush_changes() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    -- P, device, statement, change number, tokens, logs, tombstones as they are; then the changes, logs and
+    -- tombstones the device row lacks.
+    parts constant text[] := string_to_array(current_setting('poopypals.device_slot', true), '|');
+BEGIN
+    PERFORM set_config('poopypals.device_slot', '', true);
+    IF parts[1] = 'P' THEN
+        UPDATE public.devices
+        SET change_seq = change_seq + parts[8]::bigint,
+            write_tokens = write_tokens - parts[8]::bigint,
+            log_count = log_count + parts[9]::bigint,
+            tombstone_count = tombstone_count + parts[10]::bigint
+        WHERE id = parts[2]::uuid;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+ALTER FUNCTION public.poop_logs_flush_changes() OWNER TO <login>;
+
+--
 -- Name: poop_logs_track_change(); Type: FUNCTION; Schema: public; Owner: <login>
 --
 
@@ -65,12 +93,19 @@ CREATE FUNCTION public.poop_logs_track_change() RETURNS trigger
 DECLARE
     burst double precision := coalesce(nullif(current_setting('poopypals.device_write_burst', true), '')::double precision, 2000);
     rate double precision := coalesce(nullif(current_setting('poopypals.device_write_rate', true), '')::double precision, 20);
+    slot constant text := current_setting('poopypals.device_slot', true);
+    statement constant text := statement_timestamp()::text;
+    parts text[];
     quota bigint;
     device uuid;
     seq bigint;
     tokens double precision;
     logs bigint;
     tombstones bigint;
+    -- What the device row does not hold yet: changes numbered, logs and tombstones counted.
+    pending_changes bigint := 0;
+    pending_logs bigint := 0;
+    pending_tombstones bigint := 0;
     -- Citus refuses a modification of a distributed table with a non-immutable function inside CASE or COALESCE
     -- ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements"): the time is a value here.
     at constant timestamptz := now();
@@ -83,14 +118,36 @@ BEGIN
     IF device IS NULL THEN
         RAISE EXCEPTION 'this device is not registered' USING ERRCODE = 'foreign_key_violation';
     END IF;
-    UPDATE public.devices
-    SET change_seq = change_seq + 1,
-        write_tokens = least(burst, coalesce(write_tokens + greatest(0, extract(epoch FROM at - write_tokens_at)) * rate, burst)) - 1,
-        write_tokens_at = at,
-        log_count = log_count + log_change,
-        tombstone_count = tombstone_count + tombstone_change
-    WHERE id = device AND erasing_since IS NULL
-    RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
+    parts := string_to_array(slot, '|');
+    IF parts[2] = device::text AND parts[3] = statement THEN
+        -- This statement numbered a change of this device already: its row is locked by this transaction.
+        seq := parts[4]::bigint + 1;
+        tokens := parts[5]::double precision - 1;
+        logs := parts[6]::bigint + log_change;
+        tombstones := parts[7]::bigint + tombstone_change;
+        pending_changes := parts[8]::bigint + 1;
+        pending_logs := parts[9]::bigint + log_change;
+        pending_tombstones := parts[10]::bigint + tombstone_change;
+    ELSE
+        IF parts[1] = 'P' THEN
+            -- Another device's rows came first in this statement: what its row lacks, written now.
+            PERFORM set_config('poopypals.device_slot', '', true);
+            UPDATE public.devices
+            SET change_seq = change_seq + parts[8]::bigint,
+                write_tokens = write_tokens - parts[8]::bigint,
+                log_count = log_count + parts[9]::bigint,
+                tombstone_count = tombstone_count + parts[10]::bigint
+            WHERE id = parts[2]::uuid;
+        END IF;
+        UPDATE public.devices
+        SET change_seq = change_seq + 1,
+            write_tokens = least(burst, coalesce(write_tokens + greatest(0, extract(epoch FROM at - write_tokens_at)) * rate, burst)) - 1,
+            write_tokens_at = at,
+            log_count = log_count + log_change,
+            tombstone_count = tombstone_count + tombstone_change
+        WHERE id = device AND erasing_since IS NULL
+        RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
+    END IF;
     IF tokens < 0 THEN
         RAISE EXCEPTION 'this device writes faster than its limit' USING ERRCODE = 'PPR01',
             DETAIL = ceil(-tokens / greatest(rate, 0.0001))::bigint::text;
@@ -103,16 +160,23 @@ BEGIN
             END IF;
             INSERT INTO public.poop_log_tombstones (device_id, id, change_seq) VALUES (OLD.device_id, OLD.id, seq)
             ON CONFLICT (device_id, id) DO UPDATE SET change_seq = EXCLUDED.change_seq, deleted_at = at;
+            PERFORM set_config('poopypals.device_slot', concat_ws('|',
+                CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
+                device, statement, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
         END IF;
         RETURN OLD;
     END IF;
     -- Not the calling device's row: leave it as it is, and let row-level security (42501) refuse it.
     NEW.change_seq := coalesce(seq, NEW.change_seq, 0);
-    IF TG_OP = 'INSERT' AND seq IS NOT NULL THEN
+    IF seq IS NULL THEN
+        RETURN NEW;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
         -- A new snapshot, taken after the device row's lock: every insert of this device that committed before
         -- is seen here, so a log that ON CONFLICT will skip is known for what it is.
         IF EXISTS (SELECT 1 FROM public.poop_logs l WHERE l.device_id = device AND l.id = NEW.id) THEN
-            UPDATE public.devices SET log_count = log_count - 1 WHERE id = device;
+            logs := logs - 1;
+            pending_logs := pending_logs - 1;
         ELSE
             quota := coalesce(nullif(current_setting('poopypals.max_logs_per_device', true), '')::bigint, 100000);
             IF logs > quota THEN
@@ -121,11 +185,15 @@ BEGIN
             IF tombstones > 0 THEN
                 DELETE FROM public.poop_log_tombstones t WHERE t.device_id = device AND t.id = NEW.id;
                 IF FOUND THEN
-                    UPDATE public.devices SET tombstone_count = tombstone_count - 1 WHERE id = device;
+                    tombstones := tombstones - 1;
+                    pending_tombstones := pending_tombstones - 1;
                 END IF;
             END IF;
         END IF;
     END IF;
+    PERFORM set_config('poopypals.device_slot', concat_ws('|',
+        CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
+        device, statement, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
     RETURN NEW;
 END
 $$;
@@ -631,6 +699,24 @@ $$;
 ALTER FUNCTION public.poopypals_register_device(p_model text, p_os_version text, p_app_version text, p_build_number text, p_is_simulator boolean, p_create boolean, p_network text, p_burst double precision, p_rate double precision, p_wide_network text, p_wide_burst double precision, p_wide_rate double precision) OWNER TO <profiles_role>;
 
 --
+-- Name: poopypals_require_synchronous_standby(); Type: FUNCTION; Schema: public; Owner: <login>
+--
+
+CREATE FUNCTION public.poopypals_require_synchronous_standby() RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'this server has no synchronous standby: it takes no write until one follows it'
+            USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    RETURN true;
+END
+$$;
+
+ALTER FUNCTION public.poopypals_require_synchronous_standby() OWNER TO <login>;
+
+--
 -- Name: poopypals_rotate_device(uuid); Type: FUNCTION; Schema: public; Owner: <profiles_role>
 --
 
@@ -1070,10 +1156,16 @@ CREATE INDEX poop_logs_device_change_idx ON public.poop_logs USING btree (device
 CREATE INDEX poop_logs_device_occurred_idx ON public.poop_logs USING btree (device_id, occurred_at DESC, id DESC);
 
 --
+-- Name: poop_logs poop_logs_flush_changes; Type: TRIGGER; Schema: public; Owner: <login>
+--
+
+CREATE TRIGGER poop_logs_flush_changes AFTER INSERT OR DELETE OR UPDATE ON public.poop_logs FOR EACH STATEMENT WHEN ((current_setting('poopypals.device_slot'::text, true) ~~ 'P%'::text)) EXECUTE FUNCTION public.poop_logs_flush_changes();
+
+--
 -- Name: poop_logs poop_logs_track_change_delete; Type: TRIGGER; Schema: public; Owner: <login>
 --
 
-CREATE TRIGGER poop_logs_track_change_delete AFTER DELETE ON public.poop_logs FOR EACH ROW EXECUTE FUNCTION public.poop_logs_track_change();
+CREATE TRIGGER poop_logs_track_change_delete BEFORE DELETE ON public.poop_logs FOR EACH ROW EXECUTE FUNCTION public.poop_logs_track_change();
 
 --
 -- Name: poop_logs poop_logs_track_change_write; Type: TRIGGER; Schema: public; Owner: <login>

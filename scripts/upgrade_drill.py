@@ -69,6 +69,8 @@ LIMITS = {  # the phones write faster than one person would: the limits are not 
     "POOPYPALS_DEVICE_WRITE_BURST": "1000000", "POOPYPALS_DEVICE_WRITES_PER_SECOND": "100000",
     "POOPYPALS_REGISTRATION_BURST": "1000000", "POOPYPALS_REGISTRATIONS_PER_HOUR": "100000000",
     "AUTH_JWT_SECRET": SECRET,
+    # One server, no standby: failover.Service asks for a synchronous standby (the formation's scripts want one).
+    "POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY": "0",
 }
 
 

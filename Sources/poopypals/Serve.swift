@@ -19,7 +19,8 @@ struct Serve: AsyncParsableCommand {
             POOPYPALS_REQUEST_TIMEOUT (default 30s): a request's headers, then its body, must each arrive within it \
             (408 otherwise); POOPYPALS_MAX_CONNECTIONS (default 8192) bounds open connections, \
             POOPYPALS_MAX_CONNECTIONS_PER_ADDRESS (default 256) those of one address; POOPYPALS_MAX_EXPORTS \
-            (default 4) bounds exports prepared or read at once, one per device; POOPYPALS_MAX_LOGS_PER_DEVICE (default \
+            (default 4) bounds exports prepared or read at once, one per device; POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY=1 \
+            refuses writes (503) on a server that has no synchronous standby (after a failover, until one follows it); POOPYPALS_MAX_LOGS_PER_DEVICE (default \
             100000) and POOPYPALS_MAX_TOMBSTONES_PER_DEVICE (default 20000) bound what one device stores; \
             POOPYPALS_DEVICE_WRITE_BURST (2000) and POOPYPALS_DEVICE_WRITES_PER_SECOND (20) its log writes, \
             POOPYPALS_REGISTRATION_BURST (30) and POOPYPALS_REGISTRATIONS_PER_HOUR (120) the devices one network \
@@ -125,6 +126,13 @@ struct Serve: AsyncParsableCommand {
             do { configuration.shutdownGrace = try RequestTimeouts.parse(text, name: "POOPYPALS_SHUTDOWN_GRACE") } catch { throw CommandFailure("\(error)", status: .checkFailed) }
             guard configuration.shutdownGrace <= APIConfiguration.longestShutdownGrace else {
                 throw CommandFailure("POOPYPALS_SHUTDOWN_GRACE must be at most \(APIConfiguration.longestShutdownGrace.components.seconds)s (the process exits within 10 s)", status: .checkFailed)
+            }
+        }
+        if let text = environment["POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY"], !text.isEmpty {
+            switch text.lowercased() {
+            case "1", "true", "on", "yes": configuration.requiresSynchronousStandby = true
+            case "0", "false", "off", "no": configuration.requiresSynchronousStandby = false
+            default: throw CommandFailure("POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY must be 1 or 0 (true or false)", status: .checkFailed)
             }
         }
         if let text = environment["POOPYPALS_MAX_EXPORTS"], !text.isEmpty {

@@ -22,6 +22,80 @@ struct DeviceAndLogRepositoryTests {
         }
     }
 
+    /// sql/0039: with `requiresSynchronousStandby`, a write transaction on a server without a synchronous standby
+    /// (synchronous_standby_names empty: this test server, or a primary pg_auto_failover has just promoted) is
+    /// refused before it writes anything, as a read-only server's would be (503 `database_unavailable`); reads go
+    /// on. scripts/failover.py runs `serve` so and checks that no write is acknowledged in such a window.
+    @Test func writesAreRefusedOnAServerWithoutASynchronousStandbyWhenRequired() async throws {
+        try await TestDatabase.withMigrated { db in
+            let open = Database(pool: db.pool(size: 2))
+            let guarded = Database(pool: db.pool(size: 2), requiresSynchronousStandby: true)
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: open).register(DeviceInfo(), as: device)
+            _ = try await PoopLogRepository(database: open).create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: device)
+            let refused = await #expect(throws: (any Error).self) {
+                try await PoopLogRepository(database: guarded).create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device)
+            }
+            #expect(refused.flatMap { DatabaseFailure(classifying: $0) } == .unavailable(.readOnly))
+            #expect(try await PoopLogRepository(database: guarded).list(as: device).items.map(\.bristolType) == [3])
+            #expect(try await PoopLogRepository(database: open).list(as: device).items.count == 1)
+        }
+    }
+
+    /// Issue 57: the rows of one device in one statement (an import, a restore of a device's rows, a large delete, a
+    /// big sync push) update its device row once, not once per row (sql/0038). Each update of one row in one
+    /// transaction walks the versions the ones before it left, so the cost was quadratic in the rows: 16 000 rows
+    /// of one device cost 8.8x what 4 000 did to insert, and 100 000 did not finish in 15 minutes. The change
+    /// numbers, counts, bucket and tombstones stay what they were row by row, and the next statement of the same
+    /// transaction numbers on from them. (The count of updates is read from PostgreSQL's own statistics of the
+    /// transaction: on plain PostgreSQL; on the distributed schema the updates are a worker's.)
+    @Test func theRowsOfOneDeviceInOneStatementUpdateItsRowOnceAndAreNumberedInOrder() async throws {
+        try await TestDatabase.withMigrated { db in
+            let burst = 10_000
+            let database = Database(pool: db.pool(size: 2), rates: RateLimits(writeBurst: burst))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let rows = 1_500
+            let counted = !TestEnvironment.distributesEveryDatabase
+            try await database.asDevice(device) { tx in
+                func updates() throws -> Int {
+                    try tx.query("SELECT coalesce(sum(n_tup_upd), 0)::bigint FROM pg_stat_xact_user_tables WHERE relname = 'devices'")[0]
+                        .decode(0, as: Int.self)
+                }
+                func deviceRow() throws -> String {
+                    try tx.query("SELECT change_seq || ' ' || log_count || ' ' || tombstone_count || ' ' || write_tokens FROM devices")[0]
+                        .decode(0, as: String.self)
+                }
+                let stored = try tx.query("SELECT id::text, change_seq FROM devices")[0]
+                let (id, base) = (try stored.decode(0, as: String.self), try stored.decode(1, as: Int.self))
+                let before = counted ? try updates() : 0
+                // One INSERT of many rows, as VALUES: Citus runs an INSERT … SELECT as a COPY into the shards, which
+                // it refuses under row-level security.
+                let values = (1...rows).map { "('\(id)', timestamptz '2026-11-20 08:00:00+00' + interval '\($0) minutes', \(1 + $0 % 7))" }
+                try tx.query(PostgresQuery(unsafeSQL: "INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES " + values.joined(separator: ", ")))
+                if counted { #expect(try updates() - before <= 2, "one statement's rows of one device: one update and the statement's") }
+                let inserted = try tx.query("SELECT count(DISTINCT change_seq) || ' ' || min(change_seq) || ' ' || max(change_seq) FROM poop_logs")[0]
+                #expect(try inserted.decode(0, as: String.self) == "\(rows) \(base + 1) \(base + rows)")
+                #expect(try deviceRow() == "\(base + rows) \(rows) 0 \(burst - rows)")
+
+                try tx.query(PostgresQuery(unsafeSQL: "DELETE FROM poop_logs WHERE device_id = '\(id)'"))
+                if counted { #expect(try updates() - before <= 4) }
+                let tombstones = try tx.query("SELECT count(DISTINCT change_seq) || ' ' || min(change_seq) || ' ' || max(change_seq) FROM poop_log_tombstones")[0]
+                #expect(try tombstones.decode(0, as: String.self) == "\(rows) \(base + rows + 1) \(base + 2 * rows)")
+                #expect(try deviceRow() == "\(base + 2 * rows) 0 \(rows) \(burst - 2 * rows)")
+
+                // The next statement numbers on from the row the last one left.
+                let next = try tx.query("""
+                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type)
+                    VALUES (get_current_device_id(), '2026-11-21T08:00:00Z', 4) RETURNING change_seq
+                    """)[0].decode(0, as: Int.self)
+                #expect(next == base + 2 * rows + 1)
+                #expect(try deviceRow() == "\(base + 2 * rows + 1) 1 \(rows) \(burst - 2 * rows - 1)")
+            }
+            #expect(try await PoopLogRepository(database: database).list(as: device).items.count == 1)
+        }
+    }
+
     /// users.user_id decides which user a device reads (sql/0008): only the profile function sets it.
     @Test func aDeviceCannotLinkItselfToAnotherUser() async throws {
         try await TestDatabase.withMigrated { db in

@@ -11,6 +11,9 @@ struct ContextSettings: Sendable {
     let maxTombstones: String
     let writeBurst: String
     let writeRate: String
+    /// A write transaction's context statement also calls `poopypals_require_synchronous_standby()` (sql/0039): a
+    /// server without a synchronous standby refuses it (25006) before anything is written.
+    let requiresSynchronousStandby: Bool
     /// On a Citus coordinator, the statements that carry these settings to the workers, in the request's pipeline
     /// after the context statement (docs/scaling.md, "Sharding by device", step 4): a worker never sees what
     /// `set_config` set, only `SET LOCAL` statements made while `citus.propagate_set_commands` is `local`. Their
@@ -18,7 +21,9 @@ struct ContextSettings: Sendable {
     /// connection like any other statement; the device's key, which varies, is added per request as a one-off.
     let carried: [PostgresQuery]
 
-    init(_ timeouts: RequestTimeouts, quotas: DeviceQuotas = .default, rates: RateLimits = .default) {
+    init(_ timeouts: RequestTimeouts, quotas: DeviceQuotas = .default, rates: RateLimits = .default,
+         requiresSynchronousStandby: Bool = false) {
+        self.requiresSynchronousStandby = requiresSynchronousStandby
         statement = RequestTimeouts.milliseconds(timeouts.statement)
         lock = RequestTimeouts.milliseconds(timeouts.lock)
         idleInTransaction = RequestTimeouts.milliseconds(timeouts.idleInTransaction)

@@ -33,7 +33,7 @@ public final class Database: Sendable {
 
     public init(pool: ConnectionPool, readPool: ConnectionPool? = nil, retryPolicy: RetryPolicy = .default,
                 timeouts: RequestTimeouts = .default, deviceSlots: DeviceSlots = DeviceSlots(),
-                quotas: DeviceQuotas = .default, rates: RateLimits = .default) {
+                quotas: DeviceQuotas = .default, rates: RateLimits = .default, requiresSynchronousStandby: Bool = false) {
         self.deviceSlots = deviceSlots
         self.quotas = quotas
         self.rates = rates
@@ -41,7 +41,7 @@ public final class Database: Sendable {
         self.readPool = readPool
         self.retryPolicy = retryPolicy
         self.timeouts = timeouts
-        contextSettings = ContextSettings(timeouts, quotas: quotas, rates: rates)
+        contextSettings = ContextSettings(timeouts, quotas: quotas, rates: rates, requiresSynchronousStandby: requiresSynchronousStandby)
     }
 
     /// Runs `work` as the device whose raw id is given, in one transaction.

@@ -59,7 +59,7 @@ public final class DeviceTransaction {
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         // (Only the Citus statements below splice values: our own numbers, and the key we print ourselves.)
-        prefix.append(PostgresQuery(unsafeSQL: Self.context, textBinds: [
+        prefix.append(PostgresQuery(unsafeSQL: settings.requiresSynchronousStandby && !self.readOnly ? Self.contextOnAStandbyFollowedServer : Self.context, textBinds: [
             UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
         ]))
@@ -110,6 +110,17 @@ public final class DeviceTransaction {
     /// read them) and its write bucket ($7, $8: sql/0015's).
     private static let context = """
         SELECT set_config('role', \(ServiceRoles.serviceRoleSQL), true), set_config('app.device_id', $1, true), \
+        set_config('statement_timeout', $2, true), \
+        set_config('lock_timeout', $3, true), set_config('idle_in_transaction_session_timeout', $4, true), \
+        set_config('poopypals.max_logs_per_device', $5, true), set_config('poopypals.max_tombstones_per_device', $6, true), \
+        set_config('poopypals.device_write_burst', $7, true), set_config('poopypals.device_write_rate', $8, true)
+        """
+
+    /// The same, first making sure this server has a synchronous standby (sql/0039; `Database`'s
+    /// `requiresSynchronousStandby`): for transactions that may write.
+    private static let contextOnAStandbyFollowedServer = """
+        SELECT public.poopypals_require_synchronous_standby(), \
+        set_config('role', \(ServiceRoles.serviceRoleSQL), true), set_config('app.device_id', $1, true), \
         set_config('statement_timeout', $2, true), \
         set_config('lock_timeout', $3, true), set_config('idle_in_transaction_session_timeout', $4, true), \
         set_config('poopypals.max_logs_per_device', $5, true), set_config('poopypals.max_tombstones_per_device', $6, true), \

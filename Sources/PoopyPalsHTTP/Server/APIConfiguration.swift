@@ -46,6 +46,10 @@ public struct APIConfiguration: Sendable {
     public var maxConnectionsPerAddress = 256
     /// What one device may store (`POOPYPALS_MAX_LOGS_PER_DEVICE`, `POOPYPALS_MAX_TOMBSTONES_PER_DEVICE`).
     public var quotas = DeviceQuotas.default
+    /// Write transactions first make sure their server has a synchronous standby, and are refused (503
+    /// `database_unavailable`) where it has none (`POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY`; sql/0039): for a deployment
+    /// with synchronous standbys, so that no write is acknowledged with one copy after a failover.
+    public var requiresSynchronousStandby = false
     /// Log writes per device and registrations per client network (`POOPYPALS_DEVICE_WRITE_BURST`, …).
     public var rates = RateLimits.default
     /// Proxies whose `X-Forwarded-For` names the client (`POOPYPALS_TRUSTED_PROXIES`); from anyone else it is ignored.

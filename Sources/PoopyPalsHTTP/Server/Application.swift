@@ -30,7 +30,8 @@ func buildApplication(
     let registry = APIMetrics.registry
     let database = Database(pool: pools.requests, readPool: pools.reads, timeouts: configuration.timeouts,
                             deviceSlots: DeviceSlots(wait: configuration.deviceWait),
-                            quotas: configuration.quotas, rates: configuration.rates)
+                            quotas: configuration.quotas, rates: configuration.rates,
+                            requiresSynchronousStandby: configuration.requiresSynchronousStandby)
     let tokens = try await TokenVerifier(secret: configuration.jwtSecret, requirements: configuration.tokenRequirements)
     let clientNetwork = ClientNetwork(trustedProxies: configuration.trustedProxies,
                                       keys: NetworkKeys(configured: configuration.networkKeySecret, tokenSecret: configuration.jwtSecret))
