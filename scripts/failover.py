@@ -17,7 +17,7 @@ Exit 0 when every criterion holds, 1 when one fails (each named), 2 when the har
 
 Criteria: no acknowledged (2xx) write missing afterwards; no request longer than 20 s; every answer is 2xx or a 503
 with Retry-After (another status, or a connection error to the service, fails); writes succeed again within 30 s of
-a crash, hang or standby loss and 10 s of a switchover, and (with --pgbouncer-defaults) the outage itself, from the
+a crash, hang or standby loss and 15 s of a switchover, and (with --pgbouncer-defaults) the outage itself, from the
 first write that failed or stalled to that recovery, is at most 7 s; no write answered 503 `database_unavailable`, `timeout` or
 `busy` (codes that promise nothing changed) is found committed. 503 `outcome_unknown` may be either way: counted.
 No write is acknowledged by a primary with an empty synchronous_standby_names (a commit kept on it alone): `serve`
@@ -49,7 +49,9 @@ from datetime import datetime, timezone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
 SCENARIOS = ["kill-primary", "hang-primary", "kill-standby", "switchover"]
-RECOVERY_LIMIT = {"kill-primary": 30.0, "hang-primary": 30.0, "kill-standby": 30.0, "switchover": 10.0}
+# A switchover's 15 s (was 10): writes are refused on the promoted node until it names its standbys
+# (POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY), which measured 6.1-7.2 s to writing again (4.0-5.7 before).
+RECOVERY_LIMIT = {"kill-primary": 30.0, "hang-primary": 30.0, "kill-standby": 30.0, "switchover": 15.0}
 # With --pgbouncer-defaults: the longest a switchover may stop writes. 7 s since writes are refused on the promoted
 # node until it names its standbys (POOPYPALS_REQUIRE_SYNCHRONOUS_STANDBY): measured 4.9 s (was 3.7 s without).
 OUTAGE_LIMIT = 7.0
