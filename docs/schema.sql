@@ -63,17 +63,17 @@ CREATE FUNCTION public.poop_logs_flush_changes() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    -- P, device, statement, change number, tokens, logs, tombstones as they are; then the changes, logs and
-    -- tombstones the device row lacks.
+    -- P, device, statement, device rows touched, change number, tokens, logs, tombstones as they are; then the
+    -- changes, logs and tombstones the device row lacks.
     parts constant text[] := string_to_array(current_setting('poopypals.device_slot', true), '|');
 BEGIN
     PERFORM set_config('poopypals.device_slot', '', true);
     IF parts[1] = 'P' THEN
         UPDATE public.devices
-        SET change_seq = change_seq + parts[8]::bigint,
-            write_tokens = write_tokens - parts[8]::bigint,
-            log_count = log_count + parts[9]::bigint,
-            tombstone_count = tombstone_count + parts[10]::bigint
+        SET change_seq = change_seq + parts[9]::bigint,
+            write_tokens = write_tokens - parts[9]::bigint,
+            log_count = log_count + parts[10]::bigint,
+            tombstone_count = tombstone_count + parts[11]::bigint
         WHERE id = parts[2]::uuid;
     END IF;
     RETURN NULL;
@@ -96,6 +96,7 @@ DECLARE
     slot constant text := current_setting('poopypals.device_slot', true);
     statement constant text := statement_timestamp()::text;
     parts text[];
+    touched bigint;
     quota bigint;
     device uuid;
     seq bigint;
@@ -120,23 +121,28 @@ BEGIN
     END IF;
     parts := string_to_array(slot, '|');
     IF parts[2] = device::text AND parts[3] = statement THEN
-        -- This statement numbered a change of this device already: its row is locked by this transaction.
-        seq := parts[4]::bigint + 1;
-        tokens := parts[5]::double precision - 1;
-        logs := parts[6]::bigint + log_change;
-        tombstones := parts[7]::bigint + tombstone_change;
-        pending_changes := parts[8]::bigint + 1;
-        pending_logs := parts[9]::bigint + log_change;
-        pending_tombstones := parts[10]::bigint + tombstone_change;
+        touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
+            + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
+    END IF;
+    IF parts[4] = touched::text THEN
+        -- This statement numbered a change of this device already, and no device row changed since: its row is
+        -- locked by this transaction, and holds what the slot says it holds.
+        seq := parts[5]::bigint + 1;
+        tokens := parts[6]::double precision - 1;
+        logs := parts[7]::bigint + log_change;
+        tombstones := parts[8]::bigint + tombstone_change;
+        pending_changes := parts[9]::bigint + 1;
+        pending_logs := parts[10]::bigint + log_change;
+        pending_tombstones := parts[11]::bigint + tombstone_change;
     ELSE
         IF parts[1] = 'P' THEN
             -- Another device's rows came first in this statement: what its row lacks, written now.
             PERFORM set_config('poopypals.device_slot', '', true);
             UPDATE public.devices
-            SET change_seq = change_seq + parts[8]::bigint,
-                write_tokens = write_tokens - parts[8]::bigint,
-                log_count = log_count + parts[9]::bigint,
-                tombstone_count = tombstone_count + parts[10]::bigint
+            SET change_seq = change_seq + parts[9]::bigint,
+                write_tokens = write_tokens - parts[9]::bigint,
+                log_count = log_count + parts[10]::bigint,
+                tombstone_count = tombstone_count + parts[11]::bigint
             WHERE id = parts[2]::uuid;
         END IF;
         UPDATE public.devices
@@ -147,6 +153,8 @@ BEGIN
             tombstone_count = tombstone_count + tombstone_change
         WHERE id = device AND erasing_since IS NULL
         RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
+        touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
+            + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
     END IF;
     IF tokens < 0 THEN
         RAISE EXCEPTION 'this device writes faster than its limit' USING ERRCODE = 'PPR01',
@@ -162,7 +170,7 @@ BEGIN
             ON CONFLICT (device_id, id) DO UPDATE SET change_seq = EXCLUDED.change_seq, deleted_at = at;
             PERFORM set_config('poopypals.device_slot', concat_ws('|',
                 CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
-                device, statement, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
+                device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
         END IF;
         RETURN OLD;
     END IF;
@@ -193,7 +201,7 @@ BEGIN
     END IF;
     PERFORM set_config('poopypals.device_slot', concat_ws('|',
         CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
-        device, statement, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
+        device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
     RETURN NEW;
 END
 $$;
@@ -709,6 +717,10 @@ BEGIN
     IF pg_catalog.current_setting('synchronous_standby_names') OPERATOR(pg_catalog.=) '' THEN
         RAISE EXCEPTION 'this server has no synchronous standby: it takes no write until one follows it'
             USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) ANY (ARRAY['off', 'local']) THEN
+        RAISE EXCEPTION 'this session''s commits do not wait for a standby (synchronous_commit %)',
+            pg_catalog.current_setting('synchronous_commit') USING ERRCODE = 'read_only_sql_transaction';
     END IF;
     RETURN true;
 END

@@ -12,6 +12,31 @@ struct DeviceCountTests {
         try await Superuser.column("SELECT log_count || '/' || tombstone_count FROM devices WHERE key = '\(device.key.uuidString.lowercased())'", in: db.name)
     }
 
+    /// sql/0038 numbers a statement's rows of one device from what its first row's update returned. Statements sent in
+    /// one message (an operator's script) share statement_timestamp(), which tells statements apart there: one that
+    /// changed the device row between two others must not leave the second numbering from the first's values. Here
+    /// the device starts being erased between two inserts: the second must find it as the log trigger always did
+    /// (no change number taken, nothing counted), not number a log of a device being erased. Failed first (the
+    /// second insert counted: 2/2, numbered 2).
+    @Test func statementsSentInOneMessageDoNotNumberFromADeviceRowChangedBetweenThem() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(model: "phone"), as: device)
+            let key = device.key.uuidString.lowercased()
+            let id = "(SELECT id FROM devices WHERE key = '\(key)')"
+            try await Superuser.execute("""
+                BEGIN;
+                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(id), '2026-11-20T08:00:00Z', 3);
+                UPDATE devices SET erasing_since = now() WHERE key = '\(key)';
+                INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (\(id), '2026-11-20T09:00:00Z', 4);
+                COMMIT;
+                """, in: db.name)
+            #expect(try await Superuser.column("SELECT change_seq || '/' || log_count FROM devices WHERE key = '\(key)'", in: db.name) == ["1/1"])
+            #expect(try await Superuser.column("SELECT string_agg(change_seq::text, ',' ORDER BY occurred_at) FROM poop_logs", in: db.name) == ["1,0"])
+        }
+    }
+
     /// Two creates of the same log at once (a phone's retry racing its original, two instances): the second waits
     /// for the first's device lock, and its insert is then skipped by ON CONFLICT. It must count nothing. Before
     /// 0024 the statement trigger saw the skip; a row trigger that counted every row it saw counted 2.
