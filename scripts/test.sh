@@ -312,6 +312,19 @@ fi
 echo
 stage_times
 if [ ${#failed[@]} -gt 0 ]; then
+  # What each PgBouncer did, summed up: why it closed connections (a normal run has client close requests, servers
+  # of dropped test databases, the query_wait_timeouts of tests that fill a pool on purpose) and its last errors other than
+  # dropped databases. CI's servers are gone when its output is read; a client's "server closed the connection"
+  # through PgBouncer is explained here or nowhere (CI of stop 60).
+  for i in "${!bouncer_logs[@]}"; do
+    [ -r "${bouncer_logs[$i]}" ] || continue
+    this_run=$(tail -n +"$((bouncer_log_lines[i] + 1))" "${bouncer_logs[$i]}")  # this run's lines only
+    { grep -o 'closing because: [^(]*' <<<"$this_run" | sort | uniq -c | sort -rn | head -12
+      grep -E 'ERROR|WARNING' <<<"$this_run" | grep -v -e 'does not exist' -e 'dropping database' | tail -6
+    } | cut -c1-300 | sed "s|^|test: pgbouncer ${labels[$i]}: |" >&2 || true
+  done
+  # Then the failed tests' issues, last: CI shows only the run's last lines, and the PgBouncer summary above once
+  # filled them (CI of stop 62 showed which stages failed and not why).
   # Swift Testing marks each issue of a failed test with ✘ … recorded an issue, followed by its ↳ lines (what was
   # expected, the comment) and the comment's further lines, indented (a server's log). Only those, compact: CI shows
   # the end of the run, and the lines of passing tests that ran beside a failure once pushed another failure's issue
@@ -323,16 +336,11 @@ if [ ${#failed[@]} -gt 0 ]; then
     [ -n "$issues" ] || issues=$(grep -v '^[[:space:]]*$' "$log" | tail -8)
     printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
-  # What each PgBouncer did, summed up: why it closed connections (a normal run has client close requests, servers
-  # of dropped test databases, the query_wait_timeouts of tests that fill a pool on purpose) and its last errors other than
-  # dropped databases. CI's servers are gone when its output is read; a client's "server closed the connection"
-  # through PgBouncer is explained here or nowhere (CI of stop 60).
-  for i in "${!bouncer_logs[@]}"; do
-    [ -r "${bouncer_logs[$i]}" ] || continue
-    this_run=$(tail -n +"$((bouncer_log_lines[i] + 1))" "${bouncer_logs[$i]}")  # this run's lines only
-    { grep -o 'closing because: [^(]*' <<<"$this_run" | sort | uniq -c | sort -rn | head -12
-      grep -E 'ERROR|WARNING' <<<"$this_run" | grep -v -e 'does not exist' -e 'dropping database' | tail -6
-    } | cut -c1-300 | sed "s|^|test: pgbouncer ${labels[$i]}: |" >&2 || true
+  # And each failed stage's first issues once more, a line each, right above the verdict: the lines above can be
+  # many (a server's log in a comment), and what is read of a CI run may be its last thirty lines only.
+  for log in "${failed_logs[@]}"; do
+    [ -e "$log" ] || continue
+    grep -a '✘.*recorded an issue' "$log" | head -5 | cut -c1-300 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2
   exit 1
