@@ -35,6 +35,8 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
         ),
+        // Keeps a process that exits while threads are in libpq from crashing at its exit (Sources/CLibPQExit/exit.c).
+        .target(name: "CLibPQExit"),
         // Value codecs every layer may use (UUID text, calendar dates, RFC 3339 timestamps, civil-day arithmetic,
         // durations): no dependency, not even the driver.
         .target(name: "Values"),
@@ -42,6 +44,7 @@ let package = Package(
             name: "PostgresClient",
             dependencies: [
                 "CLibPQ",
+                "CLibPQExit",
                 "Values",
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -332,7 +332,10 @@ if [ ${#failed[@]} -gt 0 ]; then
   for log in "${failed_logs[@]}"; do
     [ -e "$log" ] || continue
     issues=$(awk '/✘.*recorded an issue/ { print; more = 1; next } more && /^([[:space:]]*↳|  )/ { print; next } { more = 0 }' "$log")
-    # A stage that failed with no test issue recorded (a script's error, a crash, no test run): its last lines.
+    # A crash (the test process's backtrace: what crashed and the crashing thread's first frames; a crash at exit
+    # after a passed run once failed both PostgreSQL stages of CI with no test failed), then a stage that failed with
+    # no test issue recorded (a script's error, no test run): its last lines.
+    [ -n "$issues" ] || issues=$(awk '/\*\*\* Program crashed/ { print } /^Thread [0-9]+ .* crashed:/ { n = 14 } n > 0 && !/^[[:space:]]*$/ { print; n-- }' "$log" | head -16)
     [ -n "$issues" ] || issues=$(grep -v '^[[:space:]]*$' "$log" | tail -8)
     printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
@@ -340,7 +343,7 @@ if [ ${#failed[@]} -gt 0 ]; then
   # many (a server's log in a comment), and what is read of a CI run may be its last thirty lines only.
   for log in "${failed_logs[@]}"; do
     [ -e "$log" ] || continue
-    grep -a '✘.*recorded an issue' "$log" | head -5 | cut -c1-300 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
+    grep -a -e '✘.*recorded an issue' -e '\*\*\* Program crashed' "$log" | head -5 | cut -c1-300 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
   printf 'test: FAILED on %s\n' "${failed[@]}" >&2
   exit 1

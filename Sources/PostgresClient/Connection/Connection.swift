@@ -1,4 +1,5 @@
 internal import CLibPQ
+internal import CLibPQExit
 import Foundation
 import Logging
 
@@ -14,6 +15,13 @@ private let noticeLogger = Logger(label: "poopypals.postgres")
 private let noticeReceiver: PQnoticeReceiver = { _, result in
     guard let result, let message = PQresultErrorField(result, CLIBPQ_DIAG_MESSAGE_PRIMARY) else { return }
     noticeLogger.debug("server notice", metadata: ["notice": "\(String(cString: message))"])
+}
+
+extension Connection {
+    /// Whether this process's TLS library was told at its start to keep its state at exit, so that a thread still in
+    /// libpq while the process exits does not crash it (Sources/CLibPQExit/exit.c). False only where libpq has no
+    /// OpenSSL to tell.
+    public static var tlsLibraryStaysAtExit: Bool { clibpqexit_openssl_stays_at_exit() == 1 }
 }
 
 /// One PostgreSQL connection through libpq.
@@ -58,6 +66,13 @@ public final class Connection {
                                    "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options"]
         var values: [String?] = [String(configuration.connectTimeoutSeconds), configuration.applicationName, "1", "30",
                                  "10", "3", String(configuration.tcpUserTimeoutMilliseconds), configuration.startupOptions]
+        // No GSSAPI encryption unless the URL or PGGSSENCMODE asks for it: libpq's default (prefer) asks Kerberos for
+        // credentials on every connect, and Kerberos's library tears its locks down when the process exits, so a
+        // thread connecting then aborted the process (an assertion in k5_mutex_lock; ProcessExitTests).
+        if getenv("PGGSSENCMODE") == nil {
+            keywords.append("gssencmode")
+            values.append("disable")
+        }
         // Array entries before the expanded dbname can be overridden by the connection string; entries after
         // it override the string. So our defaults go first, the explicit database override last.
         if let connectionString = configuration.connectionString {
