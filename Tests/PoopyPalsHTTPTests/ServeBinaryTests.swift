@@ -115,6 +115,33 @@ struct ServeBinaryTests {
         #expect(short.stderr.contains("at least 32 characters"))
     }
 
+    /// A port another process holds (a second instance, a left-over one): a sentence naming the address and what to
+    /// change, exit 2 (a configuration the operator fixes), not NIO's `bind(descriptor:ptr:bytes:): Address already in
+    /// use) (errno: 98)` with exit 1. For the API's port and for the metrics listener's.
+    @Test func aPortInUseIsAClearRefusal() async throws {
+        try await TestDatabase.withMigrated { db in
+            let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            try #require(holder >= 0)
+            defer { close(holder) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, length) == 0 && listen(holder, 1) == 0 && getsockname(holder, $0, &length) == 0 }
+            }
+            try #require(bound)
+            let held = String(Int(UInt16(bigEndian: address.sin_port)))
+            let secret = String(repeating: "k", count: 40)
+            for arguments in [["--port", held, "--metrics-port", "0"], ["--port", "0", "--metrics-port", held]] {
+                let output = try await TestProject.run(["serve"] + arguments + ["--database-url", db.url], environment: ["AUTH_JWT_SECRET": secret])
+                #expect(output.status == 2, "\(arguments): \(output.stderr)")
+                #expect(output.stderr.contains("127.0.0.1:\(held)") && output.stderr.contains("in use"), "\(arguments): \(output.stderr)")
+                #expect(!output.stderr.contains("bind(descriptor"), "\(arguments): \(output.stderr)")
+            }
+        }
+    }
+
     @Test func refusesAShutdownGraceThatWouldOutlastTheHardStop() async throws {
         for (value, message) in [("9s", "at most 8s"), ("0", "must be a duration with a unit"), ("-1s", "must be a duration with a unit")] {
             let output = try await TestProject.run(["serve", "--port", "0", "--database-url", "postgresql://x@127.0.0.1:1/x"],

@@ -18,6 +18,36 @@ public func serve(
     onMetricsListening: @escaping @Sendable (Int) async -> Void = { _ in }
 ) async throws {
     let pools = APIPools(configuration)
+    do {
+        try await serve(configuration, pools: pools, logger: logger, onListening: onListening, onMetricsListening: onMetricsListening)
+    } catch let error as IOError {
+        throw listenFailure(error, configuration) ?? error
+    }
+}
+
+/// A listener that could not bind, said as the addresses it tried and what to change (NIO says
+/// `bind(descriptor:ptr:bytes:): Address already in use) (errno: 98)`). A listener on port 0 picks a free port, so
+/// it is not named; nil for an error that is not a bind's.
+func listenFailure(_ error: IOError, _ configuration: APIConfiguration) -> ConfigurationError? {
+    let why: String
+    switch error.errnoCode {
+    case EADDRINUSE: why = "the address is in use: another process listens there"
+    case EACCES: why = "permission denied: a port below 1024 needs privileges (CAP_NET_BIND_SERVICE)"
+    case EADDRNOTAVAIL: why = "the address is not one of this machine's"
+    default: return nil
+    }
+    var tried: [String] = []
+    if configuration.port != 0 { tried.append("\(configuration.host):\(configuration.port) (the API; --port or PORT)") }
+    if configuration.metricsPort != 0 {
+        tried.append("\(configuration.metricsHost):\(configuration.metricsPort) (/metrics; --metrics-port or POOPYPALS_METRICS_PORT)")
+    }
+    return ConfigurationError("cannot listen on \(tried.isEmpty ? "a free port" : tried.joined(separator: " or ")): \(why)")
+}
+
+private func serve(
+    _ configuration: APIConfiguration, pools: APIPools, logger: Logger, onListening: @escaping @Sendable (Int) async -> Void,
+    onMetricsListening: @escaping @Sendable (Int) async -> Void
+) async throws {
     let application = try await buildApplication(configuration, pools: pools, logger: logger, onListening: onListening,
                                                  onMetricsListening: onMetricsListening)
     // Services shut down last first: the deadline starts its clock, then the server drains.
