@@ -76,6 +76,8 @@ import TestSupport
     func serveSaysAtStartWhenThePasswordIsWrong() async throws {
         var url = try #require(URLComponents(string: ProcessInfo.processInfo.environment["DATABASE_URL"] ?? ""))
         url.password = "Wr0ngPassw0rd"
+        // 30 s to log in: serve's own 4 s, outlived under load, would make the first warning "timeout expired".
+        url.queryItems = (url.queryItems ?? []).filter { $0.name != "connect_timeout" } + [URLQueryItem(name: "connect_timeout", value: "30")]
         let output = try await TestProject.run(["serve", "--port", "0", "--metrics-port", "0", "--database-url", try #require(url.string)],
                                                environment: ["AUTH_JWT_SECRET": String(repeating: "s", count: 40)],
                                                timeout: .seconds(120), stopWhen: { _, stderr in stderr.contains("database not reachable; retrying") })

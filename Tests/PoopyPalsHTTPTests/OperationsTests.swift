@@ -210,7 +210,7 @@ struct OperationsTests {
             #expect(route.errorCode == "database_unavailable")
             try await admin.withConnection { try $0.executeScript("ALTER DATABASE \(db.name) WITH ALLOW_CONNECTIONS true") }
             await admin.close()
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
             #expect(try await api.send("GET", "/v1/device", device: device).status == 200)
         }
     }

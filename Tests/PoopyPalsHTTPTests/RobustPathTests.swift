@@ -89,7 +89,7 @@ struct RobustPathTests {
             let live = ContinuousClock.now
             #expect(try await api.send("GET", "/healthz").status == 200)
             #expect(ContinuousClock.now - live < .seconds(60))  // not the 120 s the lock is held
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
             let reply = try await upload
             #expect(reply.status == 503)
             #expect(reply.errorCode == "timeout")
@@ -143,7 +143,7 @@ struct RobustPathTests {
             #expect(try await blocked.status == 201)
             try await lock.value
             // Once a connection is free again, ready again.
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
         }
     }
 
@@ -235,7 +235,7 @@ struct RobustPathTests {
             #expect(write.errorCode == "database_unavailable")
             #expect(write.header("Retry-After") != nil)
             try await toggle(false)
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
             #expect(try await api.send("POST", "/v1/logs", device: device, json: #"{"occurredAt":"2026-11-20T08:00:00Z","bristolType":4}"#).status == 201)
         }
     }
@@ -247,7 +247,7 @@ struct RobustPathTests {
         var url = try #require(URLComponents(string: ProcessInfo.processInfo.environment["DATABASE_URL"] ?? ""))
         url.password = "Wr0ngPassw0rd"
         // Time enough to be refused: a login that times out on a loaded machine is "not reachable", rightly.
-        let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: try #require(url.string), connectTimeoutSeconds: 10))
+        let api = try await LiveAPI.start(ConnectionConfiguration(connectionString: try #require(url.string), connectTimeoutSeconds: 30))
         let ready = try await api.send("GET", "/readyz")
         await api.stop()
         #expect(ready.status == 503)

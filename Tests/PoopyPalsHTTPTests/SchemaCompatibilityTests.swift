@@ -28,7 +28,7 @@ import Testing
             #expect(try await api.send("PUT", "/v1/device", device: device).status == 201)
             try await Self.raiseOldestRelease(to: "9.0.0", on: db)
 
-            let ready = try await api.send("GET", "/readyz")
+            let ready = try await api.readyz(until: 503)
             #expect(ready.status == 503)
             #expect(ready.errorCode == "release_unsupported")
             #expect(ready.header("Retry-After") == "5")
@@ -44,7 +44,7 @@ import Testing
             // The database takes this release again (a marker set back): it serves at the next check, and the refused
             // create was never written.
             try await Self.raiseOldestRelease(to: "1.0.0", on: db)
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
             #expect(try await api.send("GET", "/v1/logs/\(log.uuidString)", device: device).status == 404)
             #expect(try await api.send("POST", "/v1/logs", device: device, json: Self.newLog(log)).status == 201)
         }
@@ -58,7 +58,7 @@ import Testing
                 try connection.query("DELETE FROM schema_migrations WHERE version = \(Release.requiredMigration) RETURNING name, checksum, execution_ms")[0]
             }
             let (name, checksum, ms): (String, String, Double) = (try row.decode("name"), try row.decode("checksum"), try row.decode("execution_ms"))
-            let ready = try await api.send("GET", "/readyz")
+            let ready = try await api.readyz(until: 503)
             #expect(ready.status == 503)
             #expect(ready.errorCode == "schema_behind")
             let read = try await api.send("GET", "/v1/device", device: device)
@@ -70,7 +70,7 @@ import Testing
                     INSERT INTO schema_migrations (version, name, checksum, execution_ms) VALUES (\(Release.requiredMigration), \(name), \(checksum), \(ms))
                     """)
             }
-            #expect(try await api.send("GET", "/readyz").status == 200)
+            #expect(try await api.readyz(until: 200).status == 200)
             #expect(try await api.send("GET", "/v1/device", device: device).status == 200)
         }
     }

@@ -14,6 +14,10 @@ public enum Superuser {
             throw SetupError("POOPYPALS_TEST_SUPERUSER_URL is not a postgresql:// URL")
         }
         components.path = "/" + database
+        // 30 s to log in, as TestDatabase.url: libpq's default (none; `serve` makes it 4 s) was outlived under load.
+        var items = components.queryItems ?? []
+        if !items.contains(where: { $0.name == "connect_timeout" }) { items.append(URLQueryItem(name: "connect_timeout", value: "30")) }
+        components.queryItems = items
         guard let swapped = components.string else { throw SetupError("cannot rebuild the superuser URL for \(database)") }
         return swapped
     }
@@ -32,7 +36,8 @@ public enum Superuser {
     private static func on<T: Sendable>(_ database: String, _ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         guard let url = PgDump.superuserURL else { throw SetupError("POOPYPALS_TEST_SUPERUSER_URL is not set") }
         // A database reached as the superuser: its one-off session is TestDatabase's.
-        return try await TestDatabase(name: database, configuration: ConnectionConfiguration(connectionString: url, database: database))
+        return try await TestDatabase(name: database, configuration: ConnectionConfiguration(connectionString: url, database: database,
+                                                                                              connectTimeoutSeconds: 30))
             .withConnection(body)
     }
 }

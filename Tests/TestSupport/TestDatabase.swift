@@ -199,7 +199,9 @@ public struct TestDatabase: Sendable {
     }
 
     /// A pool on this database.
-    public func pool(size: Int = 4, acquireTimeout: Duration = .seconds(10)) -> ConnectionPool {
+    /// A pool on this database. Its acquire timeout, 60 s unless a test sets one, bounds a hang only: four
+    /// connections logging in at once under make test's load are not a thing to time (issue 56).
+    public func pool(size: Int = 4, acquireTimeout: Duration = .seconds(60)) -> ConnectionPool {
         ConnectionPool(configuration: .init(connection: configuration, maxConnections: size, acquireTimeout: acquireTimeout))
     }
 
@@ -293,6 +295,21 @@ extension TestDatabase {
                 try conn.executeScript("ALTER TABLE poop_logs ENABLE TRIGGER poop_logs_track_change_write")
             }
         }
+    }
+
+    /// What every other session on this database is doing now, a line each (`pg_stat_activity`: application name,
+    /// state, wait, the statement's first 100 characters), for a failure's message: which session a test saw waiting,
+    /// and whether a statement said to be cancelled still runs.
+    public func sessionsNow() async -> String {
+        let lines = try? await withConnection { conn in
+            try conn.query("""
+                SELECT coalesce(application_name, '') || ' | ' || coalesce(state, '') || ' | ' || coalesce(wait_event_type || ':' || wait_event, '')
+                       || ' | ' || left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 100)
+                FROM pg_stat_activity WHERE datname = \(self.name) AND pid <> pg_backend_pid() ORDER BY backend_start
+                """).map { try $0.decode(0, as: String.self) }
+        }
+        guard let lines else { return "sessions: could not be read" }
+        return "sessions on the database (application | state | wait | statement):\n" + (lines.isEmpty ? "  none" : lines.map { "  " + $0 }.joined(separator: "\n"))
     }
 
     /// Sessions on this database waiting for a lock now (`pg_stat_activity`), read on `conn`.
