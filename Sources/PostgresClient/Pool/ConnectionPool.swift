@@ -358,6 +358,10 @@ extension ConnectionPool {
         private let lock = NSLock()
         /// The borrower whose body runs now, its connection's cancel token and round-trip watch; nil between borrowers.
         private var running: (borrower: Borrower, token: CancelToken, watch: RoundTripWatch)?
+        /// Set by `cancelCurrent` (the pool closing, cancelling what runs): the borrower this slot is lent to is
+        /// cancelled even if its body has not started, queued behind busy threads or connecting. Under `lock`.
+        /// The pool is closed then, so no later borrower comes.
+        private var cancelEveryone = false
 
         /// Which slot a waiting borrower was lent, for its cancel handler.
         final class Assignment: Sendable {
@@ -378,7 +382,7 @@ extension ConnectionPool {
         /// borrower: no open transaction, no session state, evicted statements closed, or else no connection.
         func use<T>(_ configuration: ConnectionPool.Configuration, as borrower: Borrower, _ body: (Connection) throws -> T) throws -> T {
             // Cancelled before anything ran: the connection is untouched, so it stays.
-            if lock.withLock({ borrower.cancelled }) { throw CancellationError() }
+            if lock.withLock({ borrower.cancelled || cancelEveryone }) { throw CancellationError() }
             if let current = connection,
                !current.isUsableForCheckout() || ContinuousClock.now - current.openedAt > configuration.maxConnectionLifetime {
                 connection = nil
@@ -387,12 +391,12 @@ extension ConnectionPool {
             self.connection = connection
             let alreadyCancelled = lock.withLock { () -> Bool in
                 running = (borrower, connection.cancelToken, connection.watch)
-                return borrower.cancelled
+                return borrower.cancelled || cancelEveryone
             }
             defer {
                 let cancelled = lock.withLock { () -> Bool in
                     running = nil
-                    return borrower.cancelled
+                    return borrower.cancelled || cancelEveryone
                 }
                 if cancelled || connection.watch.isAbandoned || connection.shouldDiscard {
                     // A cancel may still be on its way to the server: this session's state is uncertain. Or the
@@ -435,8 +439,14 @@ extension ConnectionPool {
         }
 
         /// Cancels what the current borrower runs, whoever it is (shutdown).
+        /// From now on, also a borrower whose body has not started (`cancelEveryone`): one lent this slot while
+        /// every thread was busy ran its statements uncancelled once a thread was free, past the shutdown's hard stop.
         func cancelCurrent() {
-            guard let borrower = lock.withLock({ running?.borrower }) else { return }
+            let borrower = lock.withLock { () -> Borrower? in
+                cancelEveryone = true
+                return running?.borrower
+            }
+            guard let borrower else { return }
             cancel(borrower)
         }
 
