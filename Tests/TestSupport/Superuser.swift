@@ -15,9 +15,7 @@ public enum Superuser {
         }
         components.path = "/" + database
         // 30 s to log in, as TestDatabase.url: libpq's default (none; `serve` makes it 4 s) was outlived under load.
-        var items = components.queryItems ?? []
-        if !items.contains(where: { $0.name == "connect_timeout" }) { items.append(URLQueryItem(name: "connect_timeout", value: "30")) }
-        components.queryItems = items
+        components.waitThirtySecondsToConnect()
         guard let swapped = components.string else { throw SetupError("cannot rebuild the superuser URL for \(database)") }
         return swapped
     }

@@ -198,7 +198,6 @@ public struct TestDatabase: Sendable {
         }
     }
 
-    /// A pool on this database.
     /// A pool on this database. Its acquire timeout, 60 s unless a test sets one, bounds a hang only: four
     /// connections logging in at once under make test's load are not a thing to time (issue 56).
     public func pool(size: Int = 4, acquireTimeout: Duration = .seconds(60)) -> ConnectionPool {

@@ -125,9 +125,7 @@ extension TestDatabase {
         let base = configuration.connectionString ?? ""
         if var components = URLComponents(string: base), components.scheme?.hasPrefix("postgres") == true {
             components.path = "/" + name
-            var items = components.queryItems ?? []
-            if !items.contains(where: { $0.name == "connect_timeout" }) { items.append(URLQueryItem(name: "connect_timeout", value: "30")) }
-            components.queryItems = items
+            components.waitThirtySecondsToConnect()
             return components.string ?? base
         }
         return base + " dbname=" + name + (base.contains("connect_timeout") ? "" : " connect_timeout=30")
@@ -137,4 +135,13 @@ extension TestDatabase {
 extension UUID {
     /// What the database stores for a device with this id (sql/0010): tests that write SQL by hand use it.
     public var deviceKey: UUID { DeviceID.key(of: self) }
+}
+
+extension URLComponents {
+    /// A `connect_timeout` of 30 s unless the URL sets one: what test logins wait, as the tests' own pools do.
+    mutating func waitThirtySecondsToConnect() {
+        var items = queryItems ?? []
+        if !items.contains(where: { $0.name == "connect_timeout" }) { items.append(URLQueryItem(name: "connect_timeout", value: "30")) }
+        queryItems = items
+    }
 }
