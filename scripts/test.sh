@@ -17,6 +17,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SWIFT=${SWIFT:-swift}
+# At most 8 tests at once in a test process (Swift Testing's own limit, experimental in 6.3: without it every test
+# of the suite starts at once). Measured on this machine, the PostgreSQL 15 suite with a login timed every 0.2 s
+# beside it: unlimited, 136 s and logins of up to 10 s (28 over 1 s); 8 at once, 127–150 s and logins of 1.5 s at
+# most (7 over 1 s). CI of stop 64 failed four tests, each at a login that took more than 30 s.
+export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-8}
 quick=false
 case "${1:-}" in
   --quick) quick=true ;;
@@ -32,7 +37,7 @@ major_version() {
   return 0
 }
 
-labels=() urls=() bouncers=() superusers=() bindirs=() bouncer_logs=() bouncer_log_lines=()
+labels=() urls=() bouncers=() superusers=() bindirs=() bouncer_logs=() bouncer_log_lines=() server_logs=() server_log_lines=()
 # Each stage's output is kept, so that the end of the run can repeat which tests failed and why: a long run's
 # last screen is what a reader (and CI's summary) sees.
 logs=$(mktemp -d)
@@ -43,6 +48,7 @@ failed=() failed_logs=()
 fail() { failed+=("$1"); [ -z "${2:-}" ] || failed_logs+=("$2"); }  # STAGE [ITS LOG]
 # A PgBouncer's log and its length now (a PgBouncer left running keeps its log): summed up from there if a stage fails.
 remember_bouncer_log() { bouncer_logs+=("$1"); bouncer_log_lines+=("$(wc -l 2>/dev/null <"$1" || echo 0)"); }  # LOG
+remember_server_log() { server_logs+=("$1"); server_log_lines+=("$(wc -l 2>/dev/null <"$1" || echo 0)"); }  # LOG (same)
 # True, having said so at the end of LOG, when LOG shows no passing test run: a filter that matches nothing passes.
 ran_no_test() {  # LOG WHAT
   ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$1" || return 1
@@ -51,6 +57,39 @@ ran_no_test() {  # LOG WHAT
 skipped() {  # STAGE WHAT: true, having said so, when POOPYPALS_TEST_SKIP names STAGE
   [[ " ${POOPYPALS_TEST_SKIP:-} " == *" $1 "* ]] || return 1
   echo "test: NOT RUN: $2 (POOPYPALS_TEST_SKIP=${POOPYPALS_TEST_SKIP})" >&2
+}
+# How long a login to a server takes while a stage uses it: one every half second, in the background, each line
+# "HH:MM:SS milliseconds" ("failed" when it failed). Every failure CI has shown since stop 63 was a login that took
+# more than a test's bound (6 s, 15 s, 30 s); the summary below says how slow logins were, and when.
+prober=
+probe_logins() {  # URL LOG: the prober's PID in $prober (none without psql); a job of this shell, so the EXIT trap ends it
+  prober=
+  command -v psql >/dev/null || return 0
+  # (Each wait on a child of its own: a signal ends `wait` at once, where a login in the foreground would hold the
+  # trap for up to its 120 s.)
+  ( child=
+    trap 'kill $child 2>/dev/null; exit 0' TERM
+    while :; do
+      started=$(date +%s%N)
+      PGCONNECT_TIMEOUT=120 psql "$1" -X -A -t -c 'SELECT 1' >/dev/null 2>&1 & child=$!
+      if wait "$child"; then
+        echo "$(date +%T) $(( ($(date +%s%N) - started) / 1000000 ))"
+      else
+        echo "$(date +%T) failed"
+      fi
+      sleep 0.5 & child=$!; wait "$child"
+    done ) >"$2" 2>/dev/null &
+  prober=$!
+}
+login_lines=()
+logins_said() {  # LOG WHAT: one line on the logins the prober timed, kept for the end of the run too
+  [ -s "$1" ] || return 0
+  local line
+  line=$(awk -v what="$2" '$2 == "failed" { failed++; next }
+    { n++; if ($2 + 0 > max) { max = $2 + 0; at = $1 } if ($2 + 0 > 5000) slow++ }
+    END { printf "test: logins to %s: %d timed, the slowest %d ms (at %s), %d over 5 s, %d failed", what, n, max, at, slow + 0, failed + 0 }' "$1")
+  login_lines+=("$line")
+  echo "$line" >&2
 }
 # Each stage's time, printed at the end (issue 56: growth is seen when it happens). A stage runs from its header to
 # the next one; "set-up" is everything before the first (installs, servers, the build).
@@ -84,7 +123,7 @@ else
   system_version=$(major_version "$url")
   labels+=("PostgreSQL ${system_version:-?}") urls+=("$url") bouncers+=("$bouncer")
   superusers+=("$(scripts/db.sh superuser-url)") bindirs+=("$(scripts/db.sh bindir)")
-  remember_bouncer_log "$(scripts/db.sh pgbouncer-log)"
+  remember_bouncer_log "$(scripts/db.sh pgbouncer-log)"; remember_server_log "$(scripts/db.sh server-log)"
   if $quick; then
     :
   elif [ "$system_version" = 18 ]; then
@@ -95,6 +134,7 @@ else
     superusers+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh superuser-url)")
     bindirs+=("$(POOPYPALS_PG_VERSION=18 scripts/db.sh bindir)")
     remember_bouncer_log "$(POOPYPALS_PG_VERSION=18 scripts/db.sh pgbouncer-log)"
+    remember_server_log "$(POOPYPALS_PG_VERSION=18 scripts/db.sh server-log)"
   fi
 fi
 
@@ -106,11 +146,14 @@ fi
 for i in "${!labels[@]}"; do
   echo
   stage_header "${labels[$i]}"
+  probe_logins "${urls[$i]}" "$logs/logins-$i.log"
   if ! DATABASE_URL=${urls[$i]} PGBOUNCER_URL=${bouncers[$i]} POOPYPALS_TEST_SUPERUSER_URL=${superusers[$i]} \
        POOPYPALS_TEST_PG_BINDIR=${bindirs[$i]} "$SWIFT" test --skip-build --disable-xctest --skip LoadTests --skip LargeDeviceTests --skip CitusTests \
        2>&1 | tee "$logs/suite-$i.log"; then
     fail "${labels[$i]}" "$logs/suite-$i.log"
   fi
+  [ -z "$prober" ] || { kill "$prober" 2>/dev/null; wait "$prober" 2>/dev/null || true; }
+  logins_said "$logs/logins-$i.log" "${labels[$i]} during its suite"
 done
 
 if $quick; then
@@ -311,6 +354,7 @@ fi
 
 echo
 stage_times
+[ ${#login_lines[@]} -eq 0 ] || printf '%s\n' "${login_lines[@]}" >&2
 if [ ${#failed[@]} -gt 0 ]; then
   # What each PgBouncer did, summed up: why it closed connections (a normal run has client close requests, servers
   # of dropped test databases, the query_wait_timeouts of tests that fill a pool on purpose) and its last errors other than
@@ -322,6 +366,15 @@ if [ ${#failed[@]} -gt 0 ]; then
     { grep -o 'closing because: [^(]*' <<<"$this_run" | sort | uniq -c | sort -rn | head -12
       grep -E 'ERROR|WARNING' <<<"$this_run" | grep -v -e 'does not exist' -e 'dropping database' | tail -6
     } | cut -c1-300 | sed "s|^|test: pgbouncer ${labels[$i]}: |" >&2 || true
+  done
+  # What each server said above its errors (the tests' own ERRORs are many and expected): its FATAL, PANIC and
+  # WARNING messages this run, counted (a server refusing or dropping logins says so here: too many clients,
+  # could not fork, out of memory), its label from the order the servers were started in.
+  for i in "${!server_logs[@]}"; do
+    [ -r "${server_logs[$i]}" ] || continue
+    tail -n +"$((server_log_lines[i] + 1))" "${server_logs[$i]}" | grep -E '(FATAL|PANIC|WARNING): ' \
+      | sed -E 's/^.*(FATAL|PANIC|WARNING): +/\1: /; s/t_[0-9a-f]{20}/t_…/g; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -8 \
+      | cut -c1-300 | sed "s|^|test: server ${labels[$i]}: |" >&2 || true
   done
   # Then the failed tests' issues, last: CI shows only the run's last lines, and the PgBouncer summary above once
   # filled them (CI of stop 62 showed which stages failed and not why).
@@ -339,6 +392,8 @@ if [ ${#failed[@]} -gt 0 ]; then
     [ -n "$issues" ] || issues=$(grep -v '^[[:space:]]*$' "$log" | tail -8)
     printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
+  # How slow logins were while the suites ran (a failed login is the commonest failure of a loaded machine).
+  printf '%s\n' "${login_lines[@]}" >&2
   # And each failed stage's first issues once more, a line each, right above the verdict: the lines above can be
   # many (a server's log in a comment), and what is read of a CI run may be its last thirty lines only.
   for log in "${failed_logs[@]}"; do
