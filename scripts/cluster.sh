@@ -698,11 +698,16 @@ kill_node() {
     kill -STOP $pids 2>/dev/null || true
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
-    local deadline=$((SECONDS + 5))
+    # (20 s a round: a make test once saw ten of node3's processes outlive three rounds of 5 s, gone minutes later;
+    # a process in uninterruptible I/O dies only when its I/O ends.)
+    local deadline=$((SECONDS + 20))
     # shellcheck disable=SC2086
     while any_alive $pids && [ $SECONDS -lt $deadline ]; do sleep 0.05; done
   done
-  [ -z "$(node_pids "$name")" ] || die "$name still has processes: $(node_pids "$name" | tr '\n' ' ')"
+  pids=$(node_pids "$name")
+  # What each survivor is doing: its state (D: in uninterruptible I/O), where in the kernel it waits, its age.
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || die "$name still has processes after three rounds of SIGKILL: $(ps -o pid=,stat=,wchan:24=,etime=,comm= -p "$(echo $pids | tr ' ' ,)" | tr -s ' ' | paste -sd ';')"
   rm -f "$STATE/$name.stopped"
   say "$name (port $(port_of "$name")) killed with SIGKILL"
 }

@@ -47,8 +47,13 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$logs"' EXIT
 failed=() failed_logs=()
 fail() { failed+=("$1"); [ -z "${2:-}" ] || failed_logs+=("$2"); }  # STAGE [ITS LOG]
 # A PgBouncer's log and its length now (a PgBouncer left running keeps its log): summed up from there if a stage fails.
-remember_bouncer_log() { bouncer_logs+=("$1"); bouncer_log_lines+=("$(wc -l 2>/dev/null <"$1" || echo 0)"); }  # LOG
-remember_server_log() { server_logs+=("$1"); server_log_lines+=("$(wc -l 2>/dev/null <"$1" || echo 0)"); }  # LOG (same)
+# (A server's log the same, for its FATAL, PANIC and WARNING messages.)
+remember_log() {  # LOGS LINES LOG: appends LOG and its length now to the arrays named LOGS and LINES
+  local -n into_logs=$1 into_lines=$2
+  into_logs+=("$3"); into_lines+=("$(wc -l 2>/dev/null <"$3" || echo 0)")
+}
+remember_bouncer_log() { remember_log bouncer_logs bouncer_log_lines "$1"; }  # LOG
+remember_server_log() { remember_log server_logs server_log_lines "$1"; }  # LOG
 # True, having said so at the end of LOG, when LOG shows no passing test run: a filter that matches nothing passes.
 ran_no_test() {  # LOG WHAT
   ! grep -qE "Test run with [1-9][0-9]* tests? .*passed" "$1" || return 1
@@ -372,7 +377,10 @@ if [ ${#failed[@]} -gt 0 ]; then
   # could not fork, out of memory), its label from the order the servers were started in.
   for i in "${!server_logs[@]}"; do
     [ -r "${server_logs[$i]}" ] || continue
+    # (Less what every run has: a dropped test database's clients told it no longer exists, and its backends
+    # ended by DROP DATABASE … WITH (FORCE), as the PgBouncer summary above drops them.)
     tail -n +"$((server_log_lines[i] + 1))" "${server_logs[$i]}" | grep -E '(FATAL|PANIC|WARNING): ' \
+      | grep -v -E 'FATAL: +(database "[^"]*" does not exist|terminating connection due to administrator command)' \
       | sed -E 's/^.*(FATAL|PANIC|WARNING): +/\1: /; s/t_[0-9a-f]{20}/t_…/g; s/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -8 \
       | cut -c1-300 | sed "s|^|test: server ${labels[$i]}: |" >&2 || true
   done
@@ -393,7 +401,7 @@ if [ ${#failed[@]} -gt 0 ]; then
     printf '%s\n' "$issues" | cut -c1-400 | head -40 | sed "s|^|test: $(basename "$log" .log): |" >&2 || true
   done
   # How slow logins were while the suites ran (a failed login is the commonest failure of a loaded machine).
-  printf '%s\n' "${login_lines[@]}" >&2
+  [ ${#login_lines[@]} -eq 0 ] || printf '%s\n' "${login_lines[@]}" >&2
   # And each failed stage's first issues once more, a line each, right above the verdict: the lines above can be
   # many (a server's log in a comment), and what is read of a CI run may be its last thirty lines only.
   for log in "${failed_logs[@]}"; do

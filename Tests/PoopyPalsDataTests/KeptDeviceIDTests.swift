@@ -41,6 +41,26 @@ struct KeptDeviceIDTests {
         }
     }
 
+    /// Issue 59: a kept id is checked in the request's context statement (`poopypals_device_is` after its
+    /// `set_config` calls), not in a statement of its own. That statement still leaves nothing in the session: were it
+    /// taken for one that may (`SessionState`), the pool would reset the connection after every request, a round trip.
+    @Test func theContextThatChecksAKeptIdLeavesNothingInTheSession() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            let kept = try #require(database.keptIDs.id(for: key.key))
+            let (named, dirty) = try await database.asDevice(key, idempotent: true, readOnly: true) { tx in
+                let named = try tx.storedID()
+                _ = try tx.finalQuery("SELECT 1")
+                return (named, tx.connection.sessionMayBeDirty)
+            }
+            #expect(named == kept)
+            #expect(!dirty)
+            await database.pool.close()
+        }
+    }
+
     /// The retry after a stale id looks the id up, whatever is kept by then: between the forgetting and the retry,
     /// another request of the same instance may keep the stale id again (its lookup ran before the other instance's
     /// change). Here the work itself keeps the stale id before each attempt. The retry trusted what was kept and the

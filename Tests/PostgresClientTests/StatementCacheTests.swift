@@ -2,7 +2,7 @@
 import Testing
 import TestSupport
 
-/// The statement cache's key hashes at most 128 bytes of a statement and compares all of them.
+/// The statement cache's key hashes a few words of a statement and compares all of its bytes.
 @Suite("Statement cache")
 struct StatementCacheTests {
     private func longSQL(middle: String) -> String {
@@ -20,6 +20,20 @@ struct StatementCacheTests {
         #expect(cache.lookup(second)?.name == "two")
         #expect(cache.lookup(second)?.persists == true)
         #expect(cache.count == 2)
+    }
+
+    /// Issue 59: the hash reads four words (the first 8 bytes, 8 from the middle, the last 16); two statements of
+    /// one length that differ only elsewhere hash alike, and are still two statements.
+    @Test func statementsThatHashAlikeAreStillDistinct() {
+        var cache = StatementCache(capacity: 10)
+        let first = longSQL(middle: "x1"), second = longSQL(middle: "x1").replacingOccurrences(of: "SELECT a, a", with: "SELECT a, c")
+        #expect(first.utf8.count == second.utf8.count && first != second)
+        #expect(Array(first.utf8.prefix(8)) == Array(second.utf8.prefix(8)))
+        cache.insert(first, name: "one", persists: false)
+        #expect(cache.lookup(second) == nil)
+        cache.insert(second, name: "two", persists: false)
+        #expect(cache.lookup(first)?.name == "one")
+        #expect(cache.lookup(second)?.name == "two")
     }
 
     /// The server prepares bytes: a statement spelled with a composed é and one with e + U+0301 are two statements,

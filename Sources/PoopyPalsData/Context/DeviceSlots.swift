@@ -39,11 +39,8 @@ public final class DeviceSlots: Sendable {
 
     private func acquire(_ key: UUID) async throws {
         let perDevice = perDevice
-        let granted = state.withLock { state -> Bool in
-            guard state.held[key, default: 0] < perDevice else { return false }
-            state.held[key, default: 0] += 1
-            return true
-        }
+        // One hash of the key: the count read and raised in place (a key already full is left as it is).
+        let granted = state.withLock { state -> Bool in Self.take(&state.held[key, default: 0], upTo: perDevice) }
         if granted { return }
         let timer = TimerBox()
         defer { timer.take()?.cancel() }
@@ -68,6 +65,12 @@ public final class DeviceSlots: Sendable {
         }
     }
 
+    private static func take(_ held: inout Int, upTo limit: Int) -> Bool {
+        guard held < limit else { return false }
+        held += 1
+        return true
+    }
+
     private func expire(_ key: UUID, _ id: UInt64) {
         let expired = state.withLock { state -> Waiter? in
             guard var queue = state.waiting[key], let index = queue.firstIndex(where: { $0.id == id }) else { return nil }
@@ -80,13 +83,15 @@ public final class DeviceSlots: Sendable {
 
     private func release(_ key: UUID) {
         let next = state.withLock { state -> Waiter? in
-            if var queue = state.waiting[key], !queue.isEmpty {
+            if !state.waiting.isEmpty, var queue = state.waiting[key], !queue.isEmpty {
                 let first = queue.removeFirst()
                 state.waiting[key] = queue.isEmpty ? nil : queue
                 return first  // the slot passes to it: `held` stays
             }
-            let count = state.held[key, default: 1] - 1
-            state.held[key] = count > 0 ? count : nil
+            // One hash of the key (no one waits nearly always, and then the waiting list is not looked up at all).
+            if let index = state.held.index(forKey: key) {
+                if state.held.values[index] > 1 { state.held.values[index] -= 1 } else { state.held.remove(at: index) }
+            }
             return nil
         }
         next?.continuation.resume()

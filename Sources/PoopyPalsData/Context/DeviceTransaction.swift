@@ -16,7 +16,12 @@ public final class DeviceTransaction {
     private let recorder: CommitRecorder?
     /// True while the prefix holds the standby freshness check (its answer is the prefix's third result).
     private var checksFreshness = false
+    /// BEGIN and what follows the context; the context itself is made when the prefix is sent (`takePrefix()`),
+    /// with the check of a kept id in it when there is one to check by then.
     private var prefix: [PostgresQuery]?
+    /// The context statement's text and its values ($1…$8).
+    private let contextSQL: ContextSQL
+    private let contextValues: [String?]
     /// True once COMMIT has been sent: from then on the outcome of a lost connection is unknown.
     private(set) var commitSent = false
     /// True after `finalQuery`: the transaction is over.
@@ -27,8 +32,8 @@ public final class DeviceTransaction {
     private let trustsKept: Bool
     /// The device's stored id once known: kept or looked up; `.some(nil)`: no device.
     private var resolvedID: UUID??
-    /// The check of a kept id, sent before the next statement (`storedID()`).
-    private var pendingCheck: PostgresQuery?
+    /// A kept id to check, with the next statement sent (`storedID()`).
+    private var pendingCheck: UUID?
 
     /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
     ///   work that reads in several round trips and must see one consistent state (an export).
@@ -59,10 +64,12 @@ public final class DeviceTransaction {
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         // (Only the Citus statements below splice values: our own numbers, and the key we print ourselves.)
-        prefix.append(PostgresQuery(unsafeSQL: settings.requiresSynchronousStandby && !self.readOnly ? Self.contextOnAStandbyFollowedServer : Self.context, textBinds: [
+        // The context goes in at index 1 when the prefix is sent (`takePrefix()`).
+        contextSQL = settings.requiresSynchronousStandby && !self.readOnly ? .onAStandbyFollowedServer : .plain
+        contextValues = [
             UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
-        ]))
+        ]
         if let freshAt {
             prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
             checksFreshness = true
@@ -78,6 +85,22 @@ public final class DeviceTransaction {
     }
 
     private static let checkKeptID = "SELECT poopypals_device_is($1)"
+
+    /// The prefix as it is sent: BEGIN, the context (checking a kept id when one is pending: `poopypals_device_is`
+    /// evaluated after the context's `set_config` calls, in the same statement, issue 59: one statement fewer in
+    /// every request's pipeline), then the rest. nil once sent.
+    private func takePrefix() -> [PostgresQuery]? {
+        guard var statements = prefix else { return nil }
+        prefix = nil
+        var values = contextValues
+        let checks = pendingCheck
+        if let checks {
+            values.append(UUIDText.lowercase(checks))
+            pendingCheck = nil
+        }
+        statements.insert(PostgresQuery(unsafeSQL: contextSQL.text(checkingKeptID: checks != nil), textBinds: values), at: 1)
+        return statements
+    }
     private static let lookUpID: PostgresQuery = "SELECT get_current_device_id()"
 
     /// The device's stored id (`devices.id`), which the work's statements name: on Citus what routes a statement to
@@ -91,7 +114,7 @@ public final class DeviceTransaction {
     public func storedID() throws -> UUID? {
         if let resolvedID { return resolvedID }
         if trustsKept, let kept = keptIDs?.id(for: device.key) {
-            pendingCheck = PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [kept])
+            pendingCheck = kept
             resolvedID = .some(kept)
             return kept
         }
@@ -127,6 +150,25 @@ public final class DeviceTransaction {
         set_config('poopypals.device_write_burst', $7, true), set_config('poopypals.device_write_rate', $8, true)
         """
 
+    /// Each context, and each with a kept id's check last ($9): PostgreSQL evaluates a target list in order, so the
+    /// check sees the role and `app.device_id` set by the calls before it (KeptDeviceIDTests: a stale id still fails
+    /// with PPD01 before the work runs).
+    enum ContextSQL {
+        case plain, onAStandbyFollowedServer
+        static let checking = ", public.poopypals_device_is($9)"
+        static let plainChecking = DeviceTransaction.context + checking
+        static let onAStandbyFollowedServerChecking = DeviceTransaction.contextOnAStandbyFollowedServer + checking
+
+        func text(checkingKeptID: Bool) -> String {
+            switch (self, checkingKeptID) {
+            case (.plain, false): DeviceTransaction.context
+            case (.plain, true): Self.plainChecking
+            case (.onAStandbyFollowedServer, false): DeviceTransaction.contextOnAStandbyFollowedServer
+            case (.onAStandbyFollowedServer, true): Self.onAStandbyFollowedServerChecking
+            }
+        }
+    }
+
     /// True once the transaction has begun on the server.
     var hasBegun: Bool { prefix == nil }
 
@@ -161,8 +203,7 @@ public final class DeviceTransaction {
 
     /// Sends the prefix on its own (for work that starts with a savepoint or a script).
     func begin() throws {
-        guard let prefix else { return }
-        self.prefix = nil
+        guard let prefix = takePrefix() else { return }
         try check(connection.pipelineResults(prefix), prefixCount: prefix.count, commitIndex: nil)
     }
 
@@ -217,10 +258,10 @@ public final class DeviceTransaction {
         guard !isFinished else {
             throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
         }
-        var prefixStatements = prefix ?? []
-        prefix = nil
+        // A kept id's check goes in the context when the transaction begins here; on a begun one, on its own.
+        var prefixStatements = takePrefix() ?? []
         if let check = pendingCheck {
-            prefixStatements.append(check)
+            prefixStatements.append(PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [check]))
             pendingCheck = nil
         }
         var batch: [PostgresQuery] = []

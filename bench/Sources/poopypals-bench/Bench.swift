@@ -73,6 +73,12 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Markdown file whose results section is replaced with this run's tables.")
     var readme: String?
 
+    @Option(help: "The committed instructions per request that this run is compared with (more than 5 % over: exit 1).")
+    var budget = "bench/instruction-budget.json"
+
+    @Flag(help: "Record this run's instructions per request as the budget's new baseline.")
+    var updateBudget = false
+
     @Option(help: ArgumentHelp("Serve the Hummingbird + postgres-nio HTTP peer on this port (the bench starts it itself).",
                                visibility: .hidden))
     var servePeer: Int?
@@ -247,6 +253,9 @@ struct Bench: AsyncParsableCommand {
                             keyDerivationNanoseconds: Report.measureKeyDerivation())
         report.floor = floor
         report.citus = citus
+        let baseline = try InstructionBudget.load(budget)
+        let budgetLines = InstructionBudget.lines(instructions: instructions, breakdown: breakdown, baseline: baseline)
+        report.budget = InstructionBudget.markdown(budgetLines, path: budget)
         print("\n" + report.markdown)
         if !citus.isEmpty { print("\n" + CitusRouting.markdown(citus, devices: citusDevices, seconds: seconds, rounds: rounds)) }
         try report.write(json: json)
@@ -260,6 +269,19 @@ struct Bench: AsyncParsableCommand {
             }
         }
         print("\nWritten to \(json)\(readme.map { " and \($0)" } ?? ""). Took \(Int(Date().timeIntervalSince(started))) s.")
+        if updateBudget {
+            guard !instructions.isEmpty || !breakdown.isEmpty else { throw BenchError("--update-budget: this run counted no instructions (valgrind missing, or --skip-extras)") }
+            let measured = InstructionBudget.measured(instructions: instructions, breakdown: breakdown, date: report.date)
+            // A part this run left out keeps its baseline.
+            var updated = baseline ?? .init(server: [:], client: [:], measured: report.date)
+            updated.server.merge(measured.server) { $1 }
+            updated.client.merge(measured.client) { $1 }
+            updated.measured = report.date
+            try InstructionBudget.write(updated, to: budget)
+            print("The instruction budget's baseline is now this run's: \(budget).")
+        } else if let over = budgetLines.first(where: \.over) {
+            throw BenchError("instructions per request grew more than 5 % over \(budget): \(over.text) (\(budgetLines.filter(\.over).count) over in all; the results above are written)")
+        }
     }
 
     private func prepare(server: ConnectionConfiguration, target: ConnectionConfiguration) async throws {
@@ -282,7 +304,7 @@ struct Bench: AsyncParsableCommand {
     }
 
     private func measure(_ scenario: Scenario, concurrency level: Int, target: ConnectionConfiguration,
-                         pgbench: PgBench, roundTrips: Int) async throws -> ReportRow {
+                         pgbench: PgBench, roundTrips: RoundTrips.Counted) async throws -> ReportRow {
         let devices = self.devices
         let load = try await OurLoad(scenario, concurrency: level, target: target, devices: devices)
         var ours: [Measurement] = []

@@ -259,6 +259,20 @@ enum HTTPLoad {
         ]
     }
 
+    /// A curl config (`curl -K`): one GET per seeded device, in order, on one kept-alive connection, each
+    /// answer's status on a line of its own.
+    static func everyDeviceOnce(devices: Int, port: Int) -> String {
+        (1...max(1, devices)).map { n in
+            let digits = String(n)
+            return """
+                url = "http://127.0.0.1:\(port)/v1/logs?limit=20"
+                header = "X-Device-ID: 00000000-0000-4000-8000-\(String(repeating: "0", count: max(0, 12 - digits.count)) + digits)"
+                output = "/dev/null"
+                write-out = "%{http_code}\\n"
+                """
+        }.joined(separator: "\nnext\n") + "\n"
+    }
+
     /// The requests `wrk` completed: its line "12345 requests in 8.00s, …" (0 when there is none).
     static func completedRequests(in output: String) -> Int {
         output.split(separator: "\n").first { $0.contains(" requests in ") }

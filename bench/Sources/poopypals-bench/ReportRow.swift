@@ -9,8 +9,8 @@ struct ReportRow: Encodable {
     let pgbench: [Measurement]
     /// vapor/postgres-nio doing the same transaction (`NIOPeer`); empty when not run.
     let nio: [Measurement]
-    /// Request/response turns of one request, from libpq's trace.
-    let roundTrips: Int
+    /// Request/response turns of one request, from libpq's trace: steady state and a device's first request.
+    let roundTrips: RoundTrips.Counted
 
     /// Our ops/s over pgbench's, per round (runs alternate, so each pair shares the same conditions).
     var ratios: [Double] { zip(ours, pgbench).map { $0.opsPerSecond / $1.opsPerSecond } }
@@ -26,10 +26,10 @@ struct ReportRow: Encodable {
         let nioRatio = nio.isEmpty ? "–" : String(format: "%.2f", nioRatios.min() ?? 0)
         let cpu = [ours, pgbench, nio].map { usage($0, \.cpuMicrosecondsPerOperation, "%.0f") }.joined(separator: " / ")
         let switches = [ours, pgbench, nio].map { usage($0, \.contextSwitchesPerOperation, "%.1f") }.joined(separator: " / ")
-        return String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %@ | %@ | %.2f / %.2f ms | %@ | %@ | %d |",
+        return String(format: "| %@ | %d | %.0f | %.0f | %.2f–%.2f | %@ | %@ | %.2f / %.2f ms | %@ | %@ | %@ |",
                       scenario, concurrency, oursRate, median(pgbench.map(\.opsPerSecond)), ratios.min() ?? 0, ratios.max() ?? 0,
                       nioRate, nioRatio, median(ours.compactMap(\.p50Milliseconds)), median(ours.compactMap(\.p99Milliseconds)),
-                      cpu, switches, roundTrips)
+                      cpu, switches, roundTrips.cell)
     }
 }
 
@@ -51,6 +51,8 @@ struct Report: Encodable {
     var floor: [DatabaseFloor.Row] = []
     /// The scenarios on Citus beside the plain server (`CitusRouting`); empty when not run.
     var citus: [CitusRouting.Row] = []
+    /// The instruction budget's lines (`InstructionBudget`), as markdown; empty when nothing was counted.
+    var budget = ""
     /// Client CPU of deriving a device key from an id (`DeviceID(validating:)`: parse + SHA-256), once per request.
     let keyDerivationNanoseconds: Double
 
@@ -80,7 +82,7 @@ struct Report: Encodable {
         text += "Ratios are per round (min–max); vs postgres-nio: the smallest. CPU and context switches are the client's, per request "
         text += "(`getrusage`: our whole process; pgbench's process; the postgres-nio peer's process, one per run).\n\n"
         if !scenarios.isEmpty {
-            text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips |\n"
+            text += "| scenario | concurrency | ours ops/s | pgbench ops/s | ours / pgbench | postgres-nio ops/s | ours / postgres-nio | ours p50 / p99 | CPU µs per request (ours / pgbench / nio) | context switches per request (ours / pgbench / nio) | round trips (steady / a device's first) |\n"
             text += "|---|---|---|---|---|---|---|---|---|---|---|\n"
             text += scenarios.map(\.line).joined(separator: "\n") + "\n"
         }
@@ -137,6 +139,7 @@ struct Report: Encodable {
                                row.runtime, row.concurrency, row.bookkeeping)
             }
         }
+        text += budget
         if !readScale.isEmpty {
             text += "\nRead scale (`wrk -t2 -c32` through `poopypals serve --pool-size 16` on the local cluster of scripts/cluster.sh: a primary and its synchronous standby on this one machine; the standby's share from serve's /metrics):\n\n"
             text += "| setup | workload | req/s | p99 | non-2xx | reads | served by the read pool | vs primary only |\n|---|---|---|---|---|---|---|---|\n"
