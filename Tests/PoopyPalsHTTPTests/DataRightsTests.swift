@@ -224,6 +224,22 @@ struct DataRightsTests {
         }
     }
 
+    /// A phone that has read its whole export may ask for it again at once. The export's slot (`ExportGate`: one per
+    /// device) was given back after the body's last bytes were written, so the phone could read them and send its
+    /// next export before the server had: 429 `export_busy` to a client that waited for every answer (make test's
+    /// PostgreSQL 18 stage, aDeviceIdAloneNeitherRevealsNorErasesTheProfile's second export).
+    @Test func anExportReadToItsEndMayBeAskedForAgainAtOnce() async throws {
+        try await TestDatabase.withAPI { api, _ in
+            let device = UUID()
+            try await Self.register(api, device)
+            var statuses: [Int: Int] = [:]
+            for _ in 0..<300 {
+                statuses[try await api.send("GET", "/v1/export", device: device).status, default: 0] += 1
+            }
+            #expect(statuses == [200: 300])
+        }
+    }
+
     /// The device id alone revealed and erased the person's profile (issue 42, item 5): a sold phone's id leaked its
     /// owner's email, name and date of birth through the export, and erased the account. Now the export gives the
     /// profile only with a token of its subject (else only that one is linked), and erasing the device without that

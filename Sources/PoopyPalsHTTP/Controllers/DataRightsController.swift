@@ -89,9 +89,18 @@ struct DataRightsController: Sendable {
         return Response(status: .ok, headers: [.contentType: JSONResponse.contentType, .cacheControl: "no-store",
                                                .contentLength: String(spool.count)],
                         body: ResponseBody { writer in
-            defer { gate.leave(device) }
+            // The slot goes back before the last bytes are written, not after: a phone that has read them may ask for
+            // its export again at once, and was answered 429 export_busy when its next request came first.
+            var left = false
+            defer { if !left { gate.leave(device) } }
             do {
-                while let chunk = try spool.read(upTo: 64 * 1024) { try await writer.write(ByteBuffer(bytes: chunk)) }
+                while let chunk = try spool.read(upTo: 64 * 1024) {
+                    if spool.isRead && !left {
+                        gate.leave(device)
+                        left = true
+                    }
+                    try await writer.write(ByteBuffer(bytes: chunk))
+                }
                 try await writer.finish(nil)
             } catch {
                 // Headers are gone: the client sees a cut-off body, never a valid-looking partial export.

@@ -20,6 +20,8 @@ final class ExportSpool: @unchecked Sendable {
     private var readOffset = 0
     /// Bytes written in all.
     private(set) var count = 0
+    /// True once every byte written has been read.
+    var isRead: Bool { readOffset >= count }
 
     init(memoryLimit: Int = 1 << 20) {
         self.memoryLimit = max(0, memoryLimit)
