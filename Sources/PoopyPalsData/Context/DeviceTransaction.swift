@@ -84,8 +84,6 @@ public final class DeviceTransaction {
         self.prefix = prefix
     }
 
-    private static let checkKeptID = "SELECT poopypals_device_is($1)"
-
     /// The prefix as it is sent: BEGIN, the context (checking a kept id when one is pending: `poopypals_device_is`
     /// evaluated after the context's `set_config` calls, in the same statement, issue 59: one statement fewer in
     /// every request's pipeline), then the rest. nil once sent.
@@ -101,6 +99,9 @@ public final class DeviceTransaction {
         statements.insert(PostgresQuery(unsafeSQL: contextSQL.text(checkingKeptID: checks != nil), textBinds: values), at: 1)
         return statements
     }
+
+    /// A kept id's check on a transaction already begun (`runPipeline`); else it goes in the context.
+    private static let checkKeptID = "SELECT poopypals_device_is($1)"
     private static let lookUpID: PostgresQuery = "SELECT get_current_device_id()"
 
     /// The device's stored id (`devices.id`), which the work's statements name: on Citus what routes a statement to

@@ -140,8 +140,7 @@ public struct PoopLogRepository: Sendable {
         PostgresQuery(unsafeSQL: getStatement, binds: [device, id]).withBinaryResults()
     }
 
-    /// `getQuery`'s text, made once: every create reads its row back with it (interpolated, the statement cost a
-    /// create about 4 k instructions more, issue 59).
+    /// `getQuery`'s text, made once, not interpolated per request: every create reads its row back with it (issue 59).
     static let getStatement = "SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1 AND id = $2"
 
     /// Logs newest first, `limit` at a time (1…200), fewer when they would not fit in `PageBytes.budget` (long

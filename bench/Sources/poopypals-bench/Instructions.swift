@@ -79,7 +79,7 @@ enum InstructionCount {
             _ = try await Child.run(wrk(seconds: 3))
             // And every device once, so that what is counted is steady state: a device's first request to an instance
             // also looks up its kept id (one more statement and round trip, `KeptDeviceIDs`), and 3 s of random
-            // devices left a fifth of the counted GETs first ones, GET being counted first (issue 59).
+            // devices under valgrind reach only some of them, so the GETs (counted first) included first ones (issue 59).
             if !warmedEveryDevice {
                 // (curl, one connection, a request per device: wrk cannot stop after a number of requests.)
                 let everyDevice = directory.appendingPathComponent("every-device.curl")
