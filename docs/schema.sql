@@ -155,6 +155,19 @@ BEGIN
         RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
         touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
             + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
+        -- No row of this device under the request's key to number the change by: the key moved (a rotation) or its
+        -- device began to be erased after the request checked it, or the row names another device. The profile role's
+        -- erasure of an erasing device's logs, and a session with no device key (an operator's), are not numbered.
+        IF seq IS NULL AND public.get_current_device_key() IS NOT NULL
+           AND current_user OPERATOR(pg_catalog.<>) '<profiles_role>'::name THEN
+            -- A new snapshot (this function is volatile): the key as it stands now.
+            IF public.get_current_device_id() IS NULL THEN
+                RAISE EXCEPTION 'the device id kept for this key is out of date: the key stands for no device now'
+                    USING ERRCODE = 'PPD01';
+            END IF;
+            RAISE EXCEPTION 'new row violates row-level security policy for table "poop_logs"'
+                USING ERRCODE = 'insufficient_privilege', DETAIL = 'The row names a device other than the request''s.';
+        END IF;
     END IF;
     IF tokens < 0 THEN
         RAISE EXCEPTION 'this device writes faster than its limit' USING ERRCODE = 'PPR01',
@@ -174,7 +187,7 @@ BEGIN
         END IF;
         RETURN OLD;
     END IF;
-    -- Not the calling device's row: leave it as it is, and let row-level security (42501) refuse it.
+    -- A session with no device key (an operator's, which row-level security then refuses or, a superuser, lets pass).
     NEW.change_seq := coalesce(seq, NEW.change_seq, 0);
     IF seq IS NULL THEN
         RETURN NEW;

@@ -94,6 +94,147 @@ struct KeyChangeRaceTests {
         }
     }
 
+    /// A write of the old key that waited for the rotation's lock (its kept id checked before the move) was stored
+    /// with no change number: the log trigger numbers a change by updating the device row under the request's key,
+    /// found no row after the move, and let the log through with change_seq 0, which the insert's policy (reading the
+    /// map as the statement began) still allowed. The phone was told 201, no sync carried the log, the device's log
+    /// count missed it (DataRightsTests' four writers met the same window as a 500). Now refused as any write of a key
+    /// that stands for no device.
+    @Test func aCreateWithTheOldKeyIsRefusedNotStoredWithoutAChangeNumber() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let logs = PoopLogRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key)
+            let outcome = try await Self.whileRotated(db, key) { () async throws -> String in
+                do {
+                    return "created: \(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: key).created)"
+                } catch let error as RepositoryError {
+                    return "\(error)"
+                }
+            }
+            #expect(outcome == "\(RepositoryError.deviceNotRegistered)")
+            #expect(try await Superuser.column("""
+                SELECT count(*) || ' logs, ' || count(*) FILTER (WHERE change_seq = 0) || ' unnumbered' FROM poop_logs
+                """, in: db.name) == ["1 logs, 0 unnumbered"])
+            #expect(try await Superuser.column("SELECT log_count::text FROM devices", in: db.name) == ["1"])
+            await database.pool.close()
+        }
+    }
+
+    /// The same for a delete: the row went without its tombstone, so the device's other phone never learned of it.
+    @Test func aDeleteWithTheOldKeyIsRefusedNotDoneWithoutATombstone() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let logs = PoopLogRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            let log = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key).log
+            let deleted = try await Self.whileRotated(db, key) { try await logs.delete(log.id, as: key) }
+            #expect(!deleted)
+            #expect(try await Superuser.column("""
+                SELECT (SELECT count(*) FROM poop_logs) || ' logs, ' || (SELECT count(*) FROM poop_log_tombstones) || ' tombstones'
+                """, in: db.name) == ["1 logs, 0 tombstones"])
+            await database.pool.close()
+        }
+    }
+
+    /// The same for a change: applied with the log's old change number, so no sync carried it.
+    @Test func aChangeWithTheOldKeyIsRefusedNotAppliedUnnumbered() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let logs = PoopLogRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            let log = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key).log
+            let changed = try await Self.whileRotated(db, key) { try await logs.update(log.id, PoopLogPatch(bristolType: 5), as: key) }
+            #expect(changed == nil)
+            #expect(try await Superuser.column("SELECT bristol_type || '/' || change_seq FROM poop_logs", in: db.name) == ["3/1"])
+            await database.pool.close()
+        }
+    }
+
+    /// The same when the device's erasure begins while the write waits: its first call (the real function, in a
+    /// transaction held open as the service's request holds it) stops the device and deletes a batch of its logs.
+    /// The write was stored unnumbered into the device being erased; now it is refused as a write of a key that
+    /// stands for no device.
+    @Test func aCreateWhileTheDeviceBeginsToBeErasedIsRefused() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let logs = PoopLogRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            for type in 1...3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: type), as: key) }
+            let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
+            try conn.executeScript("BEGIN")
+            try conn.query("SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(key.key.uuidString.lowercased()), true)")
+            #expect(try conn.query("SELECT logs_remaining FROM poopypals_erase_device(NULL, 1)")[0].decode(0, as: Int64.self) == 2)
+            let finished = Locked(false)
+            let write = Task { () async throws -> String in
+                defer { finished.withLock { $0 = true } }
+                do {
+                    return "created: \(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 7), as: key).created)"
+                } catch let error as RepositoryError {
+                    return "\(error)"
+                }
+            }
+            do {
+                try await db.waitUntilSessionsWaitOnALock(unless: { finished.value })
+            } catch {
+                _ = try? conn.executeScript("ROLLBACK")
+                _ = try? await write.value
+                throw error
+            }
+            try conn.executeScript("COMMIT")
+            let outcome = try await write.value
+            #expect(outcome == "\(RepositoryError.deviceNotRegistered)")
+            #expect(try await Superuser.column("""
+                SELECT count(*) || ' logs, ' || count(*) FILTER (WHERE change_seq = 0) || ' unnumbered' FROM poop_logs
+                """, in: db.name) == ["2 logs, 0 unnumbered"])
+            await database.pool.close()
+        }
+    }
+
+    /// The key moved after the request's context statement checked its kept id and before its write began (the two
+    /// are statements of one round trip, each with its own snapshot): the write met the policy with the key standing
+    /// for no device, 42501, a 500 to the phone. Now the write says the kept id is stale (PPD01): the request looks the
+    /// key up again and finds no device.
+    @Test func aWriteWhoseKeyMovesAfterItsCheckSaysTheKeptIdIsStale() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            _ = try await PoopLogRepository(database: database).create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key)
+            let superuserURL = try Superuser.url(database: db.name)
+            let failures = Locked<[String]>([])
+            let named = try await database.asDevice(key, idempotent: true) { tx -> UUID? in
+                guard let stored = try tx.storedID() else { return nil }
+                _ = try tx.query("SELECT 1")  // the context and the kept id's check: the id is the key's
+                if failures.value.isEmpty {
+                    let moved = UUID()
+                    let superuser = try Connection(configuration: ConnectionConfiguration(connectionString: superuserURL))
+                    try superuser.executeScript("BEGIN")
+                    try superuser.query("UPDATE devices SET key = \(moved) WHERE id = \(stored)")
+                    try superuser.query("UPDATE device_key_map SET key = \(moved) WHERE id = \(stored)")
+                    try superuser.executeScript("COMMIT")
+                }
+                do {
+                    _ = try tx.finalQuery(PostgresQuery(unsafeSQL: PoopLogRepository.createStatement,
+                                                        binds: [UUID(), stored, Date(), 2, nil as String?]))
+                } catch {
+                    failures.withLock { $0.append(PostgresError.find(in: error)?.sqlState.rawValue ?? "\(error)") }
+                    throw error
+                }
+                return stored
+            }
+            #expect(named == nil)
+            #expect(failures.value == ["PPD01"])
+            #expect(try await Superuser.column("SELECT count(*)::text FROM poop_logs", in: db.name) == ["1"])
+            await database.pool.close()
+        }
+    }
+
     /// A key taken and its erasure begun between a registration's check and its write (`KeyTakenAndErased`): "being
     /// erased". On one PostgreSQL `devices.key`'s unique key would also refuse the second device; the test on Citus
     /// (`CitusTests+Races.swift`), where it does not, is the one that failed without the second look.

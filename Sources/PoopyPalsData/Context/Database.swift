@@ -160,7 +160,8 @@ public final class Database: Sendable {
                     return value
                 } catch {
                     Self.rollBack(connection)
-                    // A stale kept id stopped the request before its work ran: looked up again on the next attempt.
+                    // A stale kept id stopped the request (its context's check before the work ran, or the log trigger when
+                    // the key moved while the work ran: sql/0040; rolled back either way): looked up again next attempt.
                     if Self.isStaleKeptID(error) {
                         keptIDs.forget(device.key)
                         foundStale.set()
@@ -242,7 +243,8 @@ public final class Database: Sendable {
                     continue
                 }
                 if !keptIDRetried, Self.isStaleKeptID(underlying) {
-                    // Refused in the context, before the work's first statement ran; the id is forgotten.
+                    // Refused in the context before the work ran, or by the log trigger (sql/0040); nothing took effect,
+                    // and the id is forgotten.
                     keptIDRetried = true
                     retries.increment()
                     continue
