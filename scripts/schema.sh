@@ -55,7 +55,9 @@ work=$(mktemp -d)
 created=""
 cleanup() {
   if [ -n "$created" ]; then
+    local roles; roles=$(database_roles "$psql" "$db_url")
     q "$url" "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" || say "could not drop the database $db; drop it by hand"
+    [ -z "$roles" ] || q "$url" "DROP ROLE IF EXISTS $roles" || say "could not drop the roles $roles; drop them by hand"
   fi
   rm -rf "$work"
 }

@@ -408,10 +408,16 @@ def run(args, workdir):
         load.stop()
         for instance in instances:
             instance.stop()
+        # Its roles too (sql/0022): they belong to the cluster, and a dropped database's stay behind.
+        roles = subprocess.run(["psql", url, "-X", "-A", "-t", "-q", "-c",
+                                "SELECT quote_ident(poopypals_service_role()) || ', ' || quote_ident(poopypals_profiles_role())"],
+                               capture_output=True, text=True, timeout=60).stdout.strip()
         try:
             psql(args.database_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            if roles:
+                psql(args.database_url, f"DROP ROLE IF EXISTS {roles}")
         except HarnessError as failure:
-            say(f"could not drop {name}: {failure}")
+            say(f"could not drop {name} and its roles: {failure}")
 
     if load.harness_errors:
         raise HarnessError("; ".join(load.harness_errors[:3]))

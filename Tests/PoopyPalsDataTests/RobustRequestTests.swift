@@ -133,9 +133,13 @@ struct RobustRequestTests {
     @Test func theAuditFailsWhenTheLoginCannotSwitchToTheServiceRole() async throws {
         try await TestDatabase.withMigrated { db in
             let role = "pp_audit_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-            try await db.withConnection { try $0.executeScript("CREATE ROLE \(role) NOLOGIN") }
-            defer { Task { try? await db.withConnection { try $0.executeScript("DROP ROLE IF EXISTS \(role)") } } }
-            let report = try await db.withConnection { try RLSAudit(serviceRole: role).run(on: $0) }
+            // Dropped on the same connection before it is handed back, also when the audit throws: a role belongs to the
+            // cluster, not to the test's database (a `defer` that started a task to drop it left one behind every run).
+            let report = try await db.withConnection { connection in
+                try connection.executeScript("CREATE ROLE \(role) NOLOGIN")
+                defer { _ = try? connection.executeScript("DROP ROLE IF EXISTS \(role)") }
+                return try RLSAudit(serviceRole: role).run(on: connection)
+            }
             #expect(!report.ok)
             #expect(report.checks.contains { !$0.ok && $0.check.contains("can switch to \(role)") })
             let real = try await db.withConnection { try RLSAudit().run(on: $0) }

@@ -16,6 +16,15 @@ first_free_port() {
   echo "$port"
 }
 
+# The roles `poopypals migrate` made for the database at URL $2 (sql/0022: poopypals_app_<tag>,
+# poopypals_profiles_<tag>), as the list a DROP ROLE takes, asked with the psql $1; empty when it has none. Ask before
+# dropping the database: roles belong to the cluster, and a dropped database's stay behind (every make test left
+# about eight on its servers) and keep its name's roles from another owner's migration of a database of that name.
+database_roles() {
+  "$1" "$2" -X -A -t -q -c "SELECT quote_ident(poopypals_service_role()) || ', ' || quote_ident(poopypals_profiles_role())" \
+    2>/dev/null || true
+}
+
 # $1 random bytes as lowercase hex (passwords, secrets).
 random_hex() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 

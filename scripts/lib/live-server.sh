@@ -2,7 +2,7 @@
 # creates a database of its own on the server at URL, migrates it with BIN, starts `BIN serve` on a free port
 # with a fresh token secret (the same database as its read pool), and sets `api` (the base URL), `metrics` (its /metrics URL) and `token` (a valid bearer
 # token). An EXIT trap stops
-# the server and drops the database. Callers set `say`.
+# the server and drops the database and its roles. Callers set `say`.
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 start_live_server() {
@@ -45,5 +45,7 @@ start_live_server() {
 
 stop_live_server() {
   [ -n "${live_server:-}" ] && kill "$live_server" 2>/dev/null && wait "$live_server" 2>/dev/null || true
+  local roles; roles=$(database_roles psql "${live_admin_url%/*}/$live_db")
   psql "$live_admin_url" -X -q -c "DROP DATABASE IF EXISTS $live_db WITH (FORCE)" >/dev/null 2>&1 || true
+  [ -z "$roles" ] || psql "$live_admin_url" -X -q -c "DROP ROLE IF EXISTS $roles" >/dev/null 2>&1 || true
 }
