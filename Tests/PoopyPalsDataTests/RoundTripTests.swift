@@ -39,8 +39,64 @@ struct RoundTripTests {
         }
     }
 
+    /// Issue 59: a read of one round trip is a transaction of its own without BEGIN and COMMIT (PostgreSQL's implicit
+    /// transaction up to the pipeline's Sync): two statements, the context and the read, not four. The read still runs
+    /// as the device, as the service role, read-only, and nothing of it outlives the round trip on the connection.
+    @Test func aReadOfOneRoundTripIsItsContextAndItsStatementAlone() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 1))
+            let device = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: device)
+            let read = { @Sendable in
+                try await database.asDevice(device, readOnly: true) { tx in
+                    try tx.finalQuery("""
+                        SELECT current_setting('app.device_id') || ' ' || current_user || ' ' || current_setting('transaction_read_only')
+                        """)[0].decode(0, as: String.self)
+                }
+            }
+            _ = try await read()  // prepared
+            var seen = ""
+            let lines = try await Self.traced(on: database) { seen = try await read() }
+            let executes = lines.filter { $0.split(separator: "\t").dropFirst(2).first == "Execute" }.count
+            // On Citus the read keeps BEGIN and COMMIT (its context's SET LOCAL statements need a transaction block).
+            if TestEnvironment.distributesEveryDatabase {
+                #expect(executes > 4, "\(lines.joined(separator: "\n"))")
+            } else {
+                #expect(executes == 2, "\(lines.joined(separator: "\n"))")
+            }
+            let role = try await Superuser.column("SELECT poopypals_service_role()", in: db.name)
+            #expect(seen == "\(device.key.uuidString.lowercased()) \(role.first ?? "?") on")
+            // The same connection, next: no device, not the service role, not read-only.
+            let after = try await database.pool.withConnection {
+                try $0.query("""
+                    SELECT coalesce(current_setting('app.device_id', true), '') || ' ' || current_setting('transaction_read_only')
+                           || ' ' || (current_user = poopypals_service_role())::text
+                    """)[0].decode(0, as: String.self)
+            }
+            #expect(after == " off false")
+            // Read-only without BEGIN READ ONLY: a write in it is refused.
+            let write = await #expect(throws: (any Error).self) {
+                try await database.asDevice(device, readOnly: true) { tx in try tx.finalQuery("UPDATE devices SET log_count = log_count") }
+            }
+            #expect(write.flatMap { PostgresError.find(in: $0) }?.sqlState == .readOnlySQLTransaction, "\(String(describing: write))")
+            await database.pool.close()
+        }
+    }
+
     /// The request/response turns `body` makes on the pool's one connection.
     static func roundTrips(on database: Database, _ body: () async throws -> Void) async throws -> Int {
+        var turns = 0
+        var previous: Character = "B"
+        for line in try await traced(on: database, body) {
+            guard let direction = line.first, direction == "F" || direction == "B" else { continue }
+            if direction == "F" && previous == "B" { turns += 1 }
+            previous = direction
+        }
+        return turns
+    }
+
+    /// libpq's protocol trace of what `body` sends and receives on the pool's one connection, a line a message.
+    static func traced(on database: Database, _ body: () async throws -> Void) async throws -> [Substring] {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("poopypals-trace-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: path) }
         try await database.pool.withConnection { try $0.startTracing(to: path) }
@@ -51,13 +107,6 @@ struct RoundTripTests {
             throw error
         }
         try await database.pool.withConnection { $0.stopTracing() }
-        var turns = 0
-        var previous: Character = "B"
-        for line in try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n") {
-            guard let direction = line.first, direction == "F" || direction == "B" else { continue }
-            if direction == "F" && previous == "B" { turns += 1 }
-            previous = direction
-        }
-        return turns
+        return try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
     }
 }

@@ -6,7 +6,8 @@ import Values
 ///
 /// Nothing is sent until the first statement: `BEGIN` and the context (service role and `app.device_id`,
 /// both transaction-local) travel in the same pipeline as that statement, and `finalQuery` adds `COMMIT` to
-/// its pipeline, so a request of one statement costs one network round trip.
+/// its pipeline, so a request of one statement costs one network round trip. A read of one round trip sends neither
+/// `BEGIN` nor `COMMIT` (`readsWithoutBegin`).
 public final class DeviceTransaction {
     public let device: DeviceID
     let connection: Connection
@@ -34,6 +35,15 @@ public final class DeviceTransaction {
     private var resolvedID: UUID??
     /// A kept id to check, with the next statement sent (`storedID()`).
     private var pendingCheck: UUID?
+    /// A read that begins in the round trip of its final statement sends only the context and its statements, no
+    /// `BEGIN` and no `COMMIT` (issue 59: two of a GET's four statements, about 12 k instructions of our process in
+    /// 293 k). The statements of one pipeline, up to its Sync, are one transaction of their own (PostgreSQL ends an
+    /// implicit transaction at Sync, not after each statement), and the context's `set_config(…, true)` lasts until
+    /// its end, as it lasts until COMMIT; the context makes it read-only itself (`transaction_read_only`, as BEGIN READ
+    /// ONLY did). Only a plain read: not a snapshot (several round trips), not a read checked against a standby's
+    /// position (its check is the prefix's third statement), not on Citus (its `SET LOCAL` statements warn outside
+    /// a transaction block). A read commits nothing, so its outcome is never unknown, with or without a COMMIT.
+    private let readsWithoutBegin: Bool
 
     /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
     ///   work that reads in several round trips and must see one consistent state (an export).
@@ -65,7 +75,9 @@ public final class DeviceTransaction {
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         // (Only the Citus statements below splice values: our own numbers, and the key we print ourselves.)
         // The context goes in at index 1 when the prefix is sent (`takePrefix()`).
-        contextSQL = settings.requiresSynchronousStandby && !self.readOnly ? .onAStandbyFollowedServer : .plain
+        readsWithoutBegin = readOnly && !snapshot && freshAt == nil && !carried
+        contextSQL = readsWithoutBegin ? .readOnly
+            : settings.requiresSynchronousStandby && !self.readOnly ? .onAStandbyFollowedServer : .plain
         contextValues = [
             UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
@@ -155,10 +167,14 @@ public final class DeviceTransaction {
     /// check sees the role and `app.device_id` set by the calls before it (KeptDeviceIDTests: a stale id still fails
     /// with PPD01 before the work runs).
     enum ContextSQL {
-        case plain, onAStandbyFollowedServer
+        case plain, onAStandbyFollowedServer, readOnly
         static let checking = ", public.poopypals_device_is($9)"
         static let plainChecking = DeviceTransaction.context + checking
         static let onAStandbyFollowedServerChecking = DeviceTransaction.contextOnAStandbyFollowedServer + checking
+        /// A read's: the transaction refuses writes (25006) also when no BEGIN READ ONLY began it
+        /// (`readsWithoutBegin`). Setting it on is allowed at any point of a transaction (only off must come first).
+        static let readOnlyText = DeviceTransaction.context + ", set_config('transaction_read_only', 'on', true)"
+        static let readOnlyChecking = readOnlyText + checking
 
         func text(checkingKeptID: Bool) -> String {
             switch (self, checkingKeptID) {
@@ -166,6 +182,8 @@ public final class DeviceTransaction {
             case (.plain, true): Self.plainChecking
             case (.onAStandbyFollowedServer, false): DeviceTransaction.contextOnAStandbyFollowedServer
             case (.onAStandbyFollowedServer, true): Self.onAStandbyFollowedServerChecking
+            case (.readOnly, false): Self.readOnlyText
+            case (.readOnly, true): Self.readOnlyChecking
             }
         }
     }
@@ -261,6 +279,9 @@ public final class DeviceTransaction {
         }
         // A kept id's check goes in the context when the transaction begins here; on a begun one, on its own.
         var prefixStatements = takePrefix() ?? []
+        // A read of one round trip: its pipeline is its transaction (`readsWithoutBegin`).
+        let implicit = commit && readsWithoutBegin && !prefixStatements.isEmpty
+        if implicit { prefixStatements.removeFirst() }
         if let check = pendingCheck {
             prefixStatements.append(PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [check]))
             pendingCheck = nil
@@ -274,14 +295,14 @@ public final class DeviceTransaction {
         if lookUp { batch.append(Self.lookUpID) }
         let records = commit ? recorder : nil
         if commit {
-            batch.append(Self.commitStatement)
+            if !implicit { batch.append(Self.commitStatement) }
             commitSent = true
             isFinished = true
             // After the COMMIT, in the same round trip: where it reached, for the response's Consistency-Token.
             if records != nil { batch.append(Self.commitPosition) }
         }
         let results = try connection.pipelineResults(batch)
-        let commitIndex = commit ? prefixStatements.count + work + (lookUp ? 1 : 0) : nil
+        let commitIndex = commit && !implicit ? prefixStatements.count + work + (lookUp ? 1 : 0) : nil
         try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
         if let records, case .success(let position)? = results.last { try? record(position, in: records) }
         if lookUp, case .success(let answer) = results[prefixStatements.count + work] {
