@@ -131,7 +131,7 @@ struct Report: Encodable {
             }
         }
         if !breakdown.isEmpty {
-            text += "\nThe data layer's client instructions per request, by part (callgrind; each scenario alone, one request at a time on one connection, \(breakdown.first?.operations ?? 0) requests after a warm-up; "
+            text += "\nThe data layer's client instructions per request, by part (callgrind; each scenario alone, one request at a time on one connection, \(breakdown.first?.operations ?? 0) requests after a warm-up that served every device once; "
             text += "each function's own instructions, given to the part its name or library says; runtime: reference counting, allocation, copies and strings, whoever asked for them):\n\n"
             text += "| scenario | all | row decoding | parameter encoding | libpq protocol | runtime | concurrency runtime | bookkeeping (pipeline, transaction, pool) |\n|---|---|---|---|---|---|---|---|\n"
             for row in breakdown {
