@@ -14,18 +14,32 @@ struct KeyChangeRaceTests {
     /// then moves the device to a new key as a rotation does and commits: `request` resumes after the move.
     static func whileRotated<T: Sendable>(_ db: TestDatabase, _ key: DeviceID,
                                           _ request: @escaping @Sendable () async throws -> T) async throws -> T {
+        var id = UUID()
+        return try await whileHeld(db, hold: { conn in
+            // By its id, as the functions lock it (on Citus a locking read must name the distribution column).
+            id = try conn.query("SELECT id FROM device_key_map WHERE key = \(key.key)")[0].decode(0, as: UUID.self)
+            try conn.query("SELECT id FROM devices WHERE id = \(id) FOR UPDATE")
+        }, release: { conn in
+            let moved = UUID()
+            try conn.query("UPDATE devices SET key = \(moved) WHERE id = \(id)")
+            try conn.query("UPDATE device_key_map SET key = \(moved) WHERE id = \(id)")
+        }, request)
+    }
+
+    /// Runs `hold` in a superuser transaction, then `request` (it waits for a lock `hold` took), then `release` and
+    /// COMMIT: `request` resumes after what the transaction did.
+    static func whileHeld<T: Sendable>(_ db: TestDatabase, hold: (Connection) throws -> Void, release: (Connection) throws -> Void,
+                                       _ request: @escaping @Sendable () async throws -> T) async throws -> T {
         let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
         try conn.executeScript("BEGIN")
-        // By its id, as the functions lock it (on Citus a locking read must name the distribution column).
-        let id = try conn.query("SELECT id FROM device_key_map WHERE key = \(key.key)")[0].decode(0, as: UUID.self)
-        try conn.query("SELECT id FROM devices WHERE id = \(id) FOR UPDATE")
+        try hold(conn)
         let finished = Locked(false)
         let task = Task {
             defer { finished.withLock { $0 = true } }
             return try await request()
         }
         // Until the request waits for the lock (it waits there until the commit below): a request that came after the
-        // move would pass without having met the race.
+        // transaction would pass without having met the race.
         do {
             try await db.waitUntilSessionsWaitOnALock(unless: { finished.value })
         } catch {
@@ -33,11 +47,32 @@ struct KeyChangeRaceTests {
             _ = try? await task.value
             throw error
         }
-        let moved = UUID()
-        try conn.query("UPDATE devices SET key = \(moved) WHERE id = \(id)")
-        try conn.query("UPDATE device_key_map SET key = \(moved) WHERE id = \(id)")
+        try release(conn)
         try conn.executeScript("COMMIT")
         return try await task.value
+    }
+
+    /// A create's outcome as text: "created: true|false", or the repository's refusal.
+    static func create(_ logs: PoopLogRepository, as key: DeviceID) async throws -> String {
+        do {
+            return "created: \(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: key).created)"
+        } catch let error as RepositoryError {
+            return "\(error)"
+        }
+    }
+
+    /// A device registered with `count` logs, on `database(db)`; closes the pool after `body`.
+    static func withDevice(logs count: Int, _ body: @escaping @Sendable (TestDatabase, PoopLogRepository, DeviceID, [PoopLog]) async throws -> Void) async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Self.database(db)
+            let logs = PoopLogRepository(database: database)
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
+            var made: [PoopLog] = []
+            for type in 0..<count { made.append(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 1 + type % 7), as: key).log) }
+            try await body(db, logs, key, made)
+            await database.pool.close()
+        }
     }
 
     /// One connection, and lock and statement timeouts of 25 s, not the default 2 s lock timeout: under the whole
@@ -101,57 +136,33 @@ struct KeyChangeRaceTests {
     /// count missed it (DataRightsTests' four writers met the same window as a 500). Now refused as any write of a key
     /// that stands for no device.
     @Test func aCreateWithTheOldKeyIsRefusedNotStoredWithoutAChangeNumber() async throws {
-        try await TestDatabase.withMigrated { db in
-            let database = Self.database(db)
-            let logs = PoopLogRepository(database: database)
-            let key = try DeviceID(UUID())
-            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
-            _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key)
-            let outcome = try await Self.whileRotated(db, key) { () async throws -> String in
-                do {
-                    return "created: \(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: key).created)"
-                } catch let error as RepositoryError {
-                    return "\(error)"
-                }
-            }
+        try await Self.withDevice(logs: 1) { db, logs, key, _ in
+            let outcome = try await Self.whileRotated(db, key) { try await Self.create(logs, as: key) }
             #expect(outcome == "\(RepositoryError.deviceNotRegistered)")
             #expect(try await Superuser.column("""
                 SELECT count(*) || ' logs, ' || count(*) FILTER (WHERE change_seq = 0) || ' unnumbered' FROM poop_logs
                 """, in: db.name) == ["1 logs, 0 unnumbered"])
             #expect(try await Superuser.column("SELECT log_count::text FROM devices", in: db.name) == ["1"])
-            await database.pool.close()
         }
     }
 
     /// The same for a delete: the row went without its tombstone, so the device's other phone never learned of it.
     @Test func aDeleteWithTheOldKeyIsRefusedNotDoneWithoutATombstone() async throws {
-        try await TestDatabase.withMigrated { db in
-            let database = Self.database(db)
-            let logs = PoopLogRepository(database: database)
-            let key = try DeviceID(UUID())
-            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
-            let log = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key).log
-            let deleted = try await Self.whileRotated(db, key) { try await logs.delete(log.id, as: key) }
+        try await Self.withDevice(logs: 1) { db, logs, key, made in
+            let deleted = try await Self.whileRotated(db, key) { try await logs.delete(made[0].id, as: key) }
             #expect(!deleted)
             #expect(try await Superuser.column("""
                 SELECT (SELECT count(*) FROM poop_logs) || ' logs, ' || (SELECT count(*) FROM poop_log_tombstones) || ' tombstones'
                 """, in: db.name) == ["1 logs, 0 tombstones"])
-            await database.pool.close()
         }
     }
 
     /// The same for a change: applied with the log's old change number, so no sync carried it.
     @Test func aChangeWithTheOldKeyIsRefusedNotAppliedUnnumbered() async throws {
-        try await TestDatabase.withMigrated { db in
-            let database = Self.database(db)
-            let logs = PoopLogRepository(database: database)
-            let key = try DeviceID(UUID())
-            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
-            let log = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 3), as: key).log
-            let changed = try await Self.whileRotated(db, key) { try await logs.update(log.id, PoopLogPatch(bristolType: 5), as: key) }
+        try await Self.withDevice(logs: 1) { db, logs, key, made in
+            let changed = try await Self.whileRotated(db, key) { try await logs.update(made[0].id, PoopLogPatch(bristolType: 5), as: key) }
             #expect(changed == nil)
-            #expect(try await Superuser.column("SELECT bristol_type || '/' || change_seq FROM poop_logs", in: db.name) == ["3/1"])
-            await database.pool.close()
+            #expect(try await Superuser.column("SELECT bristol_type || '/' || change_seq FROM poop_logs", in: db.name) == ["1/1"])
         }
     }
 
@@ -160,39 +171,15 @@ struct KeyChangeRaceTests {
     /// The write was stored unnumbered into the device being erased; now it is refused as a write of a key that
     /// stands for no device.
     @Test func aCreateWhileTheDeviceBeginsToBeErasedIsRefused() async throws {
-        try await TestDatabase.withMigrated { db in
-            let database = Self.database(db)
-            let logs = PoopLogRepository(database: database)
-            let key = try DeviceID(UUID())
-            _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: key)
-            for type in 1...3 { _ = try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: type), as: key) }
-            let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
-            try conn.executeScript("BEGIN")
-            try conn.query("SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(key.key.uuidString.lowercased()), true)")
-            #expect(try conn.query("SELECT logs_remaining FROM poopypals_erase_device(NULL, 1)")[0].decode(0, as: Int64.self) == 2)
-            let finished = Locked(false)
-            let write = Task { () async throws -> String in
-                defer { finished.withLock { $0 = true } }
-                do {
-                    return "created: \(try await logs.create(NewPoopLog(occurredAt: Date(), bristolType: 7), as: key).created)"
-                } catch let error as RepositoryError {
-                    return "\(error)"
-                }
-            }
-            do {
-                try await db.waitUntilSessionsWaitOnALock(unless: { finished.value })
-            } catch {
-                _ = try? conn.executeScript("ROLLBACK")
-                _ = try? await write.value
-                throw error
-            }
-            try conn.executeScript("COMMIT")
-            let outcome = try await write.value
+        try await Self.withDevice(logs: 3) { db, logs, key, _ in
+            let outcome = try await Self.whileHeld(db, hold: { conn in
+                try conn.query("SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(key.key.uuidString.lowercased()), true)")
+                #expect(try conn.query("SELECT logs_remaining FROM poopypals_erase_device(NULL, 1)")[0].decode(0, as: Int64.self) == 2)
+            }, release: { _ in }, { try await Self.create(logs, as: key) })
             #expect(outcome == "\(RepositoryError.deviceNotRegistered)")
             #expect(try await Superuser.column("""
                 SELECT count(*) || ' logs, ' || count(*) FILTER (WHERE change_seq = 0) || ' unnumbered' FROM poop_logs
                 """, in: db.name) == ["2 logs, 0 unnumbered"])
-            await database.pool.close()
         }
     }
 
