@@ -64,11 +64,17 @@ CREATE FUNCTION public.poop_logs_flush_changes() RETURNS trigger
     AS $$
 DECLARE
     -- P, device, statement, device rows touched, change number, tokens, logs, tombstones as they are; then the
-    -- changes, logs and tombstones the device row lacks.
-    parts constant text[] := string_to_array(current_setting('poopypals.device_slot', true), '|');
+    -- changes, logs and tombstones the device row lacks. The slot may name no device while devices are parked.
+    parts text[] := string_to_array(current_setting('poopypals.device_slot', true), '|');
+    -- The parked devices: device, change number, tokens, logs, tombstones, then what the row lacks; each ends in ';'.
+    parked constant text := coalesce(current_setting('poopypals.devices_parked', true), '');
+    entry text;
 BEGIN
     PERFORM set_config('poopypals.device_slot', '', true);
-    IF parts[1] = 'P' THEN
+    IF parked <> '' THEN
+        PERFORM set_config('poopypals.devices_parked', '', true);
+    END IF;
+    IF parts[1] = 'P' AND parts[2] <> '' AND (parts[9] <> '0' OR parts[10] <> '0' OR parts[11] <> '0') THEN
         UPDATE public.devices
         SET change_seq = change_seq + parts[9]::bigint,
             write_tokens = write_tokens - parts[9]::bigint,
@@ -76,6 +82,17 @@ BEGIN
             tombstone_count = tombstone_count + parts[11]::bigint
         WHERE id = parts[2]::uuid;
     END IF;
+    FOREACH entry IN ARRAY string_to_array(rtrim(parked, ';'), ';') LOOP
+        parts := string_to_array(entry, '|');
+        IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
+            UPDATE public.devices
+            SET change_seq = change_seq + parts[6]::bigint,
+                write_tokens = write_tokens - parts[6]::bigint,
+                log_count = log_count + parts[7]::bigint,
+                tombstone_count = tombstone_count + parts[8]::bigint
+            WHERE id = parts[1]::uuid;
+        END IF;
+    END LOOP;
     RETURN NULL;
 END
 $$;
@@ -96,6 +113,11 @@ DECLARE
     slot constant text := current_setting('poopypals.device_slot', true);
     statement constant text := statement_timestamp()::text;
     parts text[];
+    parked text;
+    entry text;
+    place integer;
+    -- Whether the statement trigger must write what device rows lack at the statement's end: devices are parked.
+    due boolean := false;
     touched bigint;
     quota bigint;
     device uuid;
@@ -120,13 +142,15 @@ BEGIN
         RAISE EXCEPTION 'this device is not registered' USING ERRCODE = 'foreign_key_violation';
     END IF;
     parts := string_to_array(slot, '|');
-    IF parts[2] = device::text AND parts[3] = statement THEN
+    IF parts[3] = statement THEN
         touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
             + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
     END IF;
-    IF parts[4] = touched::text THEN
+    IF parts[2] = device::text AND parts[4] = touched::text THEN
         -- This statement numbered a change of this device already, and no device row changed since: its row is
         -- locked by this transaction, and holds what the slot says it holds.
+        -- A device parked by this statement keeps the statement trigger due (the slot's P says so).
+        due := parts[1] = 'P';
         seq := parts[5]::bigint + 1;
         tokens := parts[6]::double precision - 1;
         logs := parts[7]::bigint + log_change;
@@ -135,26 +159,84 @@ BEGIN
         pending_logs := parts[10]::bigint + log_change;
         pending_tombstones := parts[11]::bigint + tombstone_change;
     ELSE
-        IF parts[1] = 'P' THEN
-            -- Another device's rows came first in this statement: what its row lacks, written now.
-            PERFORM set_config('poopypals.device_slot', '', true);
-            UPDATE public.devices
-            SET change_seq = change_seq + parts[9]::bigint,
-                write_tokens = write_tokens - parts[9]::bigint,
-                log_count = log_count + parts[10]::bigint,
-                tombstone_count = tombstone_count + parts[11]::bigint
-            WHERE id = parts[2]::uuid;
+        parked := coalesce(current_setting('poopypals.devices_parked', true), '');
+        IF parts[4] = touched::text THEN
+            -- This statement's slot, and no device row changed since: the slot's device is parked, the most recent
+            -- first, and this device taken back if it was parked (its row locked by this transaction, holding what
+            -- its entry says it holds).
+            IF parts[2] <> '' THEN
+                parked := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';' || parked;
+                IF length(parked) > 1200 THEN
+                    -- About a dozen are parked (an entry is about 100 characters, and each switch copies the list):
+                    -- the least recent, the last, gets what its row lacks and is forgotten.
+                    entry := reverse(split_part(reverse(parked), ';', 2));
+                    parked := left(parked, -length(entry) - 1);
+                    parts := string_to_array(entry, '|');
+                    IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
+                        UPDATE public.devices
+                        SET change_seq = change_seq + parts[6]::bigint,
+                            write_tokens = write_tokens - parts[6]::bigint,
+                            log_count = log_count + parts[7]::bigint,
+                            tombstone_count = tombstone_count + parts[8]::bigint
+                        WHERE id = parts[1]::uuid;
+                    END IF;
+                END IF;
+            END IF;
+            place := strpos(parked, device::text);
+            IF place > 0 THEN
+                entry := split_part(substr(parked, place), ';', 1);
+                parked := overlay(parked PLACING '' FROM place FOR length(entry) + 1);
+                parts := string_to_array(entry, '|');
+                seq := parts[2]::bigint + 1;
+                tokens := parts[3]::double precision - 1;
+                logs := parts[4]::bigint + log_change;
+                tombstones := parts[5]::bigint + tombstone_change;
+                pending_changes := parts[6]::bigint + 1;
+                pending_logs := parts[7]::bigint + log_change;
+                pending_tombstones := parts[8]::bigint + tombstone_change;
+            END IF;
+        ELSE
+            -- Another statement's slot, or a device row changed since (a statement sharing this one's start, a
+            -- function's): what the slot's and the parked devices' rows lack is written now, and they are forgotten.
+            IF parts[2] <> '' AND (parts[9] <> '0' OR parts[10] <> '0' OR parts[11] <> '0') THEN
+                UPDATE public.devices
+                SET change_seq = change_seq + parts[9]::bigint,
+                    write_tokens = write_tokens - parts[9]::bigint,
+                    log_count = log_count + parts[10]::bigint,
+                    tombstone_count = tombstone_count + parts[11]::bigint
+                WHERE id = parts[2]::uuid;
+            END IF;
+            FOREACH entry IN ARRAY string_to_array(rtrim(parked, ';'), ';') LOOP
+                parts := string_to_array(entry, '|');
+                UPDATE public.devices
+                SET change_seq = change_seq + parts[6]::bigint,
+                    write_tokens = write_tokens - parts[6]::bigint,
+                    log_count = log_count + parts[7]::bigint,
+                    tombstone_count = tombstone_count + parts[8]::bigint
+                WHERE id = parts[1]::uuid;
+            END LOOP;
+            parked := '';
         END IF;
-        UPDATE public.devices
-        SET change_seq = change_seq + 1,
-            write_tokens = least(burst, coalesce(write_tokens + greatest(0, extract(epoch FROM at - write_tokens_at)) * rate, burst)) - 1,
-            write_tokens_at = at,
-            log_count = log_count + log_change,
-            tombstone_count = tombstone_count + tombstone_change
-        WHERE id = device AND erasing_since IS NULL
-        RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
-        touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
-            + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
+        PERFORM set_config('poopypals.devices_parked', parked, true);
+        due := parked <> '';
+        IF seq IS NULL THEN
+            UPDATE public.devices
+            SET change_seq = change_seq + 1,
+                write_tokens = least(burst, coalesce(write_tokens + greatest(0, extract(epoch FROM at - write_tokens_at)) * rate, burst)) - 1,
+                write_tokens_at = at,
+                log_count = log_count + log_change,
+                tombstone_count = tombstone_count + tombstone_change
+            WHERE id = device AND erasing_since IS NULL
+            RETURNING change_seq, write_tokens, log_count, tombstone_count INTO seq, tokens, logs, tombstones;
+            touched := pg_stat_get_xact_tuples_updated('public.devices'::regclass)
+                + pg_stat_get_xact_tuples_deleted('public.devices'::regclass);
+            IF seq IS NULL THEN
+                -- The row goes unnumbered (or is refused below): the slot names no device now, and parked devices
+                -- keep the statement trigger due. (A numbered row writes the slot below.)
+                PERFORM set_config('poopypals.device_slot',
+                    CASE WHEN due THEN concat_ws('|', 'P', '', statement, touched) ELSE '' END, true);
+            END IF;
+        END IF;
         -- No row of this device under the request's key to number the change by: the key moved (a rotation) or its
         -- device began to be erased after the request checked it, or the row names another device. The profile role's
         -- erasure of an erasing device's logs, and a session with no device key (an operator's), are not numbered.
@@ -182,7 +264,7 @@ BEGIN
             INSERT INTO public.poop_log_tombstones (device_id, id, change_seq) VALUES (OLD.device_id, OLD.id, seq)
             ON CONFLICT (device_id, id) DO UPDATE SET change_seq = EXCLUDED.change_seq, deleted_at = at;
             PERFORM set_config('poopypals.device_slot', concat_ws('|',
-                CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
+                CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 AND NOT due THEN 'C' ELSE 'P' END,
                 device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
         END IF;
         RETURN OLD;
@@ -213,7 +295,7 @@ BEGIN
         END IF;
     END IF;
     PERFORM set_config('poopypals.device_slot', concat_ws('|',
-        CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 THEN 'C' ELSE 'P' END,
+        CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 AND NOT due THEN 'C' ELSE 'P' END,
         device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
     RETURN NEW;
 END

@@ -37,6 +37,81 @@ struct DeviceCountTests {
         }
     }
 
+    /// An operator's statement over the rows of several devices as the table holds them, interleaved (the restore
+    /// drills' `DELETE FROM poop_logs`, an import, a repair): sql/0038 kept one device's numbers per statement, so
+    /// each row of another device than the last updated its own row again (and wrote what the last one's row lacked,
+    /// when it lacked anything), each update walking the versions the transaction left on that row: quadratic
+    /// (four devices: 2 000 rows 0.20 s, 4 000 0.47 s, 8 000 1.28 s). sql/0041 parks about a dozen devices per
+    /// statement: each device row is updated when the statement first meets it and once at its end, with the same
+    /// numbers, counts and tombstones as row by row. Past that the least recent is written and forgotten, and
+    /// numbering stays exact. Failed first (600 updates for 600 rows of three devices).
+    @Test func theInterleavedRowsOfSeveralDevicesInOneStatementUpdateEachDeviceRowTwice() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            for _ in 0..<3 { _ = try await DeviceRepository(database: database).register(DeviceInfo(), as: try DeviceID(UUID())) }
+            let conn = try Connection(configuration: ConnectionConfiguration(connectionString: try Superuser.url(database: db.name)))
+            func text(_ sql: String) throws -> String { try conn.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: String.self) }
+            func updates() throws -> Int {
+                Int(try text("SELECT coalesce(sum(n_tup_upd), 0)::text FROM pg_stat_xact_user_tables WHERE relname = 'devices'"))!
+            }
+            /// Each device's change number (from where it began), log and tombstone counts.
+            func deviceRows() throws -> String {
+                try text("SELECT string_agg(format('%s %s %s', d.change_seq - b.change_seq, d.log_count, d.tombstone_count), ',' ORDER BY d.id) FROM devices d JOIN base b USING (id)")
+            }
+            /// Whether every device's rows of `table` are numbered from where it began, one by one, in `order`.
+            func numberedInOrder(_ table: String, from: Int, order: String) throws -> String {
+                try text("""
+                    SELECT bool_and(t.change_seq - b.change_seq = \(from) + t.n)::text || ' ' || count(*)
+                    FROM (SELECT device_id, change_seq, row_number() OVER (PARTITION BY device_id ORDER BY \(order)) AS n FROM \(table)) t
+                    JOIN base b ON b.id = t.device_id
+                    """)
+            }
+            /// One statement of `rows` rows over every device, the devices taking turns of `run` rows.
+            func insertInterleaved(_ rows: Int, from minute: Int, run: Int = 1) throws {
+                let devices = Int(try text("SELECT count(*)::text FROM devices"))!
+                try conn.query(PostgresQuery(unsafeSQL: """
+                    INSERT INTO poop_logs (device_id, occurred_at, bristol_type)
+                    SELECT d.id, timestamptz '2026-11-20 08:00:00+00' + (\(minute) + g) * interval '1 minute', 1 + g % 7
+                    FROM generate_series(0, \(rows - 1)) g JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM devices) d ON d.n = g / \(run) % \(devices)
+                    ORDER BY g
+                    """))
+            }
+            _ = try conn.executeScript("BEGIN; CREATE TEMP TABLE base AS SELECT id, change_seq FROM devices")
+            let before = try updates()
+            try insertInterleaved(600, from: 0)
+            let inserting = try updates() - before
+            #expect(inserting <= 6, "600 rows of three devices: each device row once when met, once at the end (\(inserting) updates)")
+            #expect(try numberedInOrder("poop_logs", from: 0, order: "occurred_at") == "true 600")
+            #expect(try deviceRows() == "200 200 0,200 200 0,200 200 0")
+
+            _ = try conn.executeScript("DELETE FROM poop_logs")
+            let deleting = try updates() - before - inserting
+            #expect(deleting <= 6, "\(deleting) updates")
+            #expect(try numberedInOrder("poop_log_tombstones", from: 200, order: "change_seq") == "true 600")
+            #expect(try deviceRows() == "400 0 200,400 0 200,400 0 200")
+            // The next statement numbers on from what the last one left.
+            try insertInterleaved(3, from: 1000)
+            #expect(try deviceRows() == "401 1 200,401 1 200,401 1 200")
+            _ = try conn.executeScript("COMMIT")
+
+            // More devices in one statement than it keeps, two rows a turn: the oldest is written (a change it numbered
+            // and its row lacks) and forgotten, met again, updated again.
+            _ = try conn.executeScript("""
+                BEGIN;
+                INSERT INTO devices (key) SELECT gen_random_uuid() FROM generate_series(1, 67);
+                DELETE FROM poop_logs; DELETE FROM poop_log_tombstones; UPDATE devices SET tombstone_count = 0;
+                DROP TABLE base; CREATE TEMP TABLE base AS SELECT id, change_seq FROM devices;
+                """)
+            try insertInterleaved(70 * 4, from: 0, run: 2)
+            #expect(try numberedInOrder("poop_logs", from: 0, order: "occurred_at") == "true 280")
+            #expect(Set(try deviceRows().split(separator: ",")) == ["4 4 0"])
+            _ = try conn.executeScript("DELETE FROM poop_logs")
+            #expect(try numberedInOrder("poop_log_tombstones", from: 4, order: "change_seq") == "true 280")
+            #expect(Set(try deviceRows().split(separator: ",")) == ["8 0 4"])
+            _ = try conn.executeScript("COMMIT")
+        }
+    }
+
     /// Two creates of the same log at once (a phone's retry racing its original, two instances): the second waits
     /// for the first's device lock, and its insert is then skipped by ON CONFLICT. It must count nothing. Before
     /// 0024 the statement trigger saw the skip; a row trigger that counted every row it saw counted 2.

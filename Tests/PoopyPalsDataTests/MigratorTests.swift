@@ -166,15 +166,20 @@ struct MigratorTests {
             // The lock is let go once the migration waits for it a second time (its first wait timed out and was
             // retried: a wait with another start is seen): released by events, not after a fixed time, which a
             // backend starved on a loaded machine could sleep through into its first attempt's lock (issue 56).
+            // Nor after the releaser's or the holder's own time (60 s each until 2026-11-30): under make test's load
+            // the test failed after 59.4 s with one attempt, the lock free when the migration first asked for it,
+            // which a minute's delay before that ask and either limit explain. The holder now holds until released
+            // (300 s at most); the releaser watches until the migration is done (its 100 retries of a 1 s wait
+            // bound it).
             let release = Locked(false)
-            let holder = try await db.inAnotherSession(holdingFor: 60, release: release) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let migrated = Locked(false)
+            let holder = try await db.inAnotherSession(holdingFor: 300, release: release) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let releaser = Task {
                 defer { release.withLock { $0 = true } }
                 let watcher = db.pool(size: 1)
                 defer { Task { await watcher.close() } }
-                let deadline = ContinuousClock.now + .seconds(60)
                 var firstWait: String?
-                while ContinuousClock.now < deadline {
+                while !migrated.value {
                     let waits = try await watcher.withConnection { conn in
                         try conn.query("""
                             SELECT pid::text || ' ' || query_start::text FROM pg_stat_activity
@@ -188,7 +193,9 @@ struct MigratorTests {
                 }
             }
             let files = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;"])
-            let applied = try await Self.migrate(db, files, options)
+            let applied: [Migrator.Applied]
+            do { applied = try await Self.migrate(db, files, options) } catch { migrated.withLock { $0 = true }; throw error }
+            migrated.withLock { $0 = true }
             #expect(applied.first?.attempts ?? 0 > 1)
             try await releaser.value
             try await holder.value
@@ -196,7 +203,7 @@ struct MigratorTests {
             // With no retries left, the lock timeout surfaces as SQLSTATE 55P03 on the named file.
             options.lockRetries = 1
             let release2 = Locked(false)
-            let holder2 = try await db.inAnotherSession(holdingFor: 60, release: release2) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
+            let holder2 = try await db.inAnotherSession(holdingFor: 300, release: release2) { try $0.executeScript("LOCK TABLE busy IN ACCESS EXCLUSIVE MODE") }
             let more = try Self.files(["0001_alter.sql": "ALTER TABLE busy ADD COLUMN note text;", "0002_alter.sql": "ALTER TABLE busy ADD COLUMN more text;"])
             let frozen = options
             let error = await #expect(throws: MigrationError.self) {
