@@ -38,6 +38,7 @@
 #                                      node2 and node3 fresh copies); prints the URL and how long it took
 #   scripts/cluster.sh check           pgbackrest check: a WAL switch of the primary reaches the repository
 #   scripts/cluster.sh sql 'SQL'       run SQL as the superuser on the primary (database poopypals)
+#   scripts/cluster.sh fresh-database  make the app's database again, empty (make test, before its cluster stages)
 #   scripts/cluster.sh destroy         kill every node and delete its data folder (a drill's total loss)
 #   scripts/cluster.sh state-dir       where the state lives (below)
 #   scripts/cluster.sh stop            stop everything by PID (pgbouncers, monitor, keepers, postgres); data kept
@@ -1010,6 +1011,21 @@ case "$cmd" in
     # timeout's 124 said, not left silent (a drill's DELETE under make test's load once failed with no word).
     as_owner timeout 60 "$BINDIR/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres -d poopypals -c "$2" \
       || { status=$?; [ "$status" != 124 ] || die "the statement did not end within 60 s on the primary (port $port)"; exit "$status"; } ;;
+  fresh-database)
+    # The app's database made again, empty, as `start` first made it (its two service roles, sql/0022, dropped with
+    # it): make test starts its cluster stages from it, so that a formation kept between runs does not carry every
+    # earlier run's rows (205 000 after a day of runs here, and the drills' DELETE and restores grew with them).
+    need_cluster
+    port=$(port_in_state primary wait_primary single) || die "no primary right now"
+    roles=$(psql_socket "$port" -d poopypals -c "SELECT quote_ident(poopypals_service_role()) || ', ' || quote_ident(poopypals_profiles_role())" 2>/dev/null || true)
+    as_owner timeout 60 "$BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$port" -U postgres -d postgres >/dev/null <<SQL || die "could not make the database poopypals again on the primary (port $port)"
+DROP DATABASE IF EXISTS poopypals WITH (FORCE);
+${roles:+DROP ROLE IF EXISTS $roles;}
+CREATE DATABASE poopypals OWNER poopypals;
+\c poopypals
+GRANT EXECUTE ON FUNCTION pg_catalog.pg_create_restore_point(text) TO poopypals;
+SQL
+    say "the database poopypals made again, empty, on the primary (127.0.0.1:$port)${roles:+; roles $roles dropped}" ;;
   destroy) need_cluster; destroy_nodes ;;
   restore) need_cluster; shift; restore_cluster "$@" ;;
   wait-healthy) need_cluster; wait_healthy "${2:-60}"; say "healthy: primary 127.0.0.1:$(port_in_state primary), both secondaries in sync" ;;
@@ -1018,5 +1034,5 @@ case "$cmd" in
     stop_all quiet
     sock=$(socket_dir); case "$sock" in "$PRIVATE_PARENT"/csock-*) rm -rf "$sock" ;; esac
     rm -rf "$STATE"; say "stopped; $STATE removed" ;;
-  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|backup [full|diff|incr]|backups|verify|check|sql SQL|destroy|restore --to TIME|--to-name NAME|--latest|wait-healthy [SECONDS]|stop|reset" ;;
+  *) die "usage: scripts/cluster.sh install|start|url|pgbouncer-url|pgbouncer-restart [defaults]|status|primary-port|secondary-port|node-pids PORT|kill-node PORT|hang-node PORT|resume-node PORT|restart-node PORT|switchover|primaries-sync|backup [full|diff|incr]|backups|verify|check|sql SQL|fresh-database|destroy|restore --to TIME|--to-name NAME|--latest|wait-healthy [SECONDS]|stop|reset" ;;
 esac
