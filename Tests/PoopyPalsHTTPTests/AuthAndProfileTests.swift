@@ -185,8 +185,38 @@ struct AuthAndProfileTests {
         }
     }
 
+    /// The leeway's edges, checked at one fixed instant: nothing of the machine's speed between a token's times and
+    /// the check (issue 56). The HTTP test below sends a token 2 s past its expiry through the real service; that
+    /// the edge is exactly 30 s each way, and that the check takes the leeway it is given, is decided here.
+    @Test func theLeewayHoldsExactlyAtItsEdgesAtAFixedInstant() async throws {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        func code(_ verifier: TokenVerifier, exp: Double, nbf: Double? = nil) throws -> String {
+            let times = #""exp":\#(now.timeIntervalSince1970 + exp)"# + (nbf.map { #","nbf":\#(now.timeIntervalSince1970 + $0)"# } ?? "")
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .secondsSince1970  // as JWTKit reads a token's times
+            let claims = try decoder.decode(ProfileClaims.self, from: Data(#"{"sub":"\#(UUID().uuidString)","email":"edge@example.com",\#(times)}"#.utf8))
+            do { try verifier.check(claims, now: now); return "ok" } catch let error as APIError { return error.code }
+        }
+        let standard = try await TokenVerifier(secret: String(repeating: "k", count: 32))
+        let atThirty = [try code(standard, exp: -29.999), try code(standard, exp: -30),
+                        try code(standard, exp: 600, nbf: 30), try code(standard, exp: 600, nbf: 30.001)]
+        #expect(atThirty == ["ok", "token_expired", "ok", "token_not_yet_valid"])
+        var widest = TokenRequirements()
+        widest.leeway = .seconds(600)  // at most 60 s, whatever is asked
+        let wide = try await TokenVerifier(secret: String(repeating: "k", count: 32), requirements: widest)
+        let atSixty = [try code(wide, exp: -59.999), try code(wide, exp: -60)]
+        #expect(atSixty == ["ok", "token_expired"])
+    }
+
     @Test func notBeforeIssuerAndAudienceAreChecked() async throws {
-        try await TestDatabase.withAPI(configure: { $0.tokenRequirements = TokenRequirements(issuer: "https://auth.example", audience: "poopypals") }) { api, _ in
+        // The leeway at its most (60 s): the token 2 s past its expiry below has 58 s to reach the check, however
+        // loaded the machine (its edges are tested at a fixed instant above).
+        let requirements = { () -> TokenRequirements in
+            var requirements = TokenRequirements(issuer: "https://auth.example", audience: "poopypals")
+            requirements.leeway = .seconds(60)
+            return requirements
+        }()
+        try await TestDatabase.withAPI(configure: { $0.tokenRequirements = requirements }) { api, _ in
             let device = UUID()
             _ = try await api.send("PUT", "/v1/device", device: device)
             let user = UUID()
@@ -196,7 +226,7 @@ struct AuthAndProfileTests {
                 ({ try await api.token(user: user, notBefore: Date().addingTimeInterval(600), issuer: "https://auth.example", audience: "poopypals") }, 401, "token_not_yet_valid"),
                 ({ try await api.token(user: user, issuer: "https://auth.example", audience: "someone-else") }, 401, "invalid_token"),
                 ({ try await api.token(user: user, issuer: "https://evil.example", audience: "poopypals") }, 401, "invalid_token"),
-                // Past its expiry, within the 30 s leeway: 2 s past, so that 28 s may pass before it is checked.
+                // Past its expiry, within the leeway: 2 s past, so that 58 s may pass before it is checked.
                 ({ try await api.token(user: user, expiresIn: -2, issuer: "https://auth.example", audience: "poopypals") }, 200, nil),
                 ({ try await api.token(user: user, notBefore: Date().addingTimeInterval(20), issuer: "https://auth.example", audience: "poopypals") }, 200, nil),
                 ({ try await api.token(user: user, expiresIn: -120, issuer: "https://auth.example", audience: "poopypals") }, 401, "token_expired"),
