@@ -116,6 +116,8 @@ DECLARE
     parked text;
     entry text;
     place integer;
+    -- Devices (as parked: device|number|tokens|logs|tombstones|what the row lacks;) whose rows get what they lack now.
+    lacking text := '';
     -- Whether the statement trigger must write what device rows lack at the statement's end: devices are parked.
     due boolean := false;
     touched bigint;
@@ -168,18 +170,9 @@ BEGIN
                 parked := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';' || parked;
                 IF length(parked) > 1200 THEN
                     -- About a dozen are parked (an entry is about 100 characters, and each switch copies the list):
-                    -- the least recent, the last, gets what its row lacks and is forgotten.
-                    entry := reverse(split_part(reverse(parked), ';', 2));
-                    parked := left(parked, -length(entry) - 1);
-                    parts := string_to_array(entry, '|');
-                    IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
-                        UPDATE public.devices
-                        SET change_seq = change_seq + parts[6]::bigint,
-                            write_tokens = write_tokens - parts[6]::bigint,
-                            log_count = log_count + parts[7]::bigint,
-                            tombstone_count = tombstone_count + parts[8]::bigint
-                        WHERE id = parts[1]::uuid;
-                    END IF;
+                    -- the least recent, the last, gets what its row lacks (below) and is forgotten.
+                    lacking := reverse(split_part(reverse(parked), ';', 2));
+                    parked := left(parked, -length(lacking) - 1);
                 END IF;
             END IF;
             place := strpos(parked, device::text);
@@ -197,25 +190,26 @@ BEGIN
             END IF;
         ELSE
             -- Another statement's slot, or a device row changed since (a statement sharing this one's start, a
-            -- function's): what the slot's and the parked devices' rows lack is written now, and they are forgotten.
-            IF parts[2] <> '' AND (parts[9] <> '0' OR parts[10] <> '0' OR parts[11] <> '0') THEN
-                UPDATE public.devices
-                SET change_seq = change_seq + parts[9]::bigint,
-                    write_tokens = write_tokens - parts[9]::bigint,
-                    log_count = log_count + parts[10]::bigint,
-                    tombstone_count = tombstone_count + parts[11]::bigint
-                WHERE id = parts[2]::uuid;
+            -- function's): what the slot's and the parked devices' rows lack is written now (below), and they are
+            -- forgotten.
+            IF parts[2] <> '' THEN
+                lacking := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';';
             END IF;
-            FOREACH entry IN ARRAY string_to_array(rtrim(parked, ';'), ';') LOOP
-                parts := string_to_array(entry, '|');
-                UPDATE public.devices
-                SET change_seq = change_seq + parts[6]::bigint,
-                    write_tokens = write_tokens - parts[6]::bigint,
-                    log_count = log_count + parts[7]::bigint,
-                    tombstone_count = tombstone_count + parts[8]::bigint
-                WHERE id = parts[1]::uuid;
-            END LOOP;
+            lacking := lacking || parked;
             parked := '';
+        END IF;
+        IF lacking <> '' THEN
+            FOREACH entry IN ARRAY string_to_array(rtrim(lacking, ';'), ';') LOOP
+                parts := string_to_array(entry, '|');
+                IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
+                    UPDATE public.devices
+                    SET change_seq = change_seq + parts[6]::bigint,
+                        write_tokens = write_tokens - parts[6]::bigint,
+                        log_count = log_count + parts[7]::bigint,
+                        tombstone_count = tombstone_count + parts[8]::bigint
+                    WHERE id = parts[1]::uuid;
+                END IF;
+            END LOOP;
         END IF;
         PERFORM set_config('poopypals.devices_parked', parked, true);
         due := parked <> '';
