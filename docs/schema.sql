@@ -111,6 +111,11 @@ DECLARE
     burst double precision := coalesce(nullif(current_setting('poopypals.device_write_burst', true), '')::double precision, 2000);
     rate double precision := coalesce(nullif(current_setting('poopypals.device_write_rate', true), '')::double precision, 20);
     slot constant text := current_setting('poopypals.device_slot', true);
+    -- What set_config returns. An assignment is a simple expression; PERFORM would run it as a query (an executor
+    -- started and ended: about 15 000 instructions a call).
+    written text;
+    -- The parked devices as the statement found them: the setting is written only when they change.
+    parked_before text;
     statement constant text := statement_timestamp()::text;
     parts text[];
     parked text;
@@ -161,58 +166,65 @@ BEGIN
         pending_logs := parts[10]::bigint + log_change;
         pending_tombstones := parts[11]::bigint + tombstone_change;
     ELSE
-        parked := coalesce(current_setting('poopypals.devices_parked', true), '');
-        IF parts[4] = touched::text THEN
-            -- This statement's slot, and no device row changed since: the slot's device is parked, the most recent
-            -- first, and this device taken back if it was parked (its row locked by this transaction, holding what
-            -- its entry says it holds).
-            IF parts[2] <> '' THEN
-                parked := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';' || parked;
-                IF length(parked) > 1200 THEN
-                    -- About a dozen are parked (an entry is about 100 characters, and each switch copies the list):
-                    -- the least recent, the last, gets what its row lacks (below) and is forgotten.
-                    lacking := reverse(split_part(reverse(parked), ';', 2));
-                    parked := left(parked, -length(lacking) - 1);
+        -- With no slot in this transaction (its first numbered row, or after the statement trigger cleared it),
+        -- nothing is parked either (the slot is '' only when nothing is): nothing to write, park or take back.
+        IF slot <> '' THEN
+            parked := coalesce(current_setting('poopypals.devices_parked', true), '');
+            parked_before := parked;
+            IF parts[4] = touched::text THEN
+                -- This statement's slot, and no device row changed since: the slot's device is parked, the most recent
+                -- first, and this device taken back if it was parked (its row locked by this transaction, holding what
+                -- its entry says it holds).
+                IF parts[2] <> '' THEN
+                    parked := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';' || parked;
+                    IF length(parked) > 1200 THEN
+                        -- About a dozen are parked (an entry is about 100 characters, and each switch copies the list):
+                        -- the least recent, the last, gets what its row lacks (below) and is forgotten.
+                        lacking := reverse(split_part(reverse(parked), ';', 2));
+                        parked := left(parked, -length(lacking) - 1);
+                    END IF;
                 END IF;
-            END IF;
-            place := strpos(parked, device::text);
-            IF place > 0 THEN
-                entry := split_part(substr(parked, place), ';', 1);
-                parked := overlay(parked PLACING '' FROM place FOR length(entry) + 1);
-                parts := string_to_array(entry, '|');
-                seq := parts[2]::bigint + 1;
-                tokens := parts[3]::double precision - 1;
-                logs := parts[4]::bigint + log_change;
-                tombstones := parts[5]::bigint + tombstone_change;
-                pending_changes := parts[6]::bigint + 1;
-                pending_logs := parts[7]::bigint + log_change;
-                pending_tombstones := parts[8]::bigint + tombstone_change;
-            END IF;
-        ELSE
-            -- Another statement's slot, or a device row changed since (a statement sharing this one's start, a
-            -- function's): what the slot's and the parked devices' rows lack is written now (below), and they are
-            -- forgotten.
-            IF parts[2] <> '' THEN
-                lacking := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';';
-            END IF;
-            lacking := lacking || parked;
-            parked := '';
-        END IF;
-        IF lacking <> '' THEN
-            FOREACH entry IN ARRAY string_to_array(rtrim(lacking, ';'), ';') LOOP
-                parts := string_to_array(entry, '|');
-                IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
-                    UPDATE public.devices
-                    SET change_seq = change_seq + parts[6]::bigint,
-                        write_tokens = write_tokens - parts[6]::bigint,
-                        log_count = log_count + parts[7]::bigint,
-                        tombstone_count = tombstone_count + parts[8]::bigint
-                    WHERE id = parts[1]::uuid;
+                place := strpos(parked, device::text);
+                IF place > 0 THEN
+                    entry := split_part(substr(parked, place), ';', 1);
+                    parked := overlay(parked PLACING '' FROM place FOR length(entry) + 1);
+                    parts := string_to_array(entry, '|');
+                    seq := parts[2]::bigint + 1;
+                    tokens := parts[3]::double precision - 1;
+                    logs := parts[4]::bigint + log_change;
+                    tombstones := parts[5]::bigint + tombstone_change;
+                    pending_changes := parts[6]::bigint + 1;
+                    pending_logs := parts[7]::bigint + log_change;
+                    pending_tombstones := parts[8]::bigint + tombstone_change;
                 END IF;
-            END LOOP;
+            ELSE
+                -- Another statement's slot, or a device row changed since (a statement sharing this one's start, a
+                -- function's): what the slot's and the parked devices' rows lack is written now (below), and they are
+                -- forgotten.
+                IF parts[2] <> '' THEN
+                    lacking := concat_ws('|', parts[2], parts[5], parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]) || ';';
+                END IF;
+                lacking := lacking || parked;
+                parked := '';
+            END IF;
+            IF lacking <> '' THEN
+                FOREACH entry IN ARRAY string_to_array(rtrim(lacking, ';'), ';') LOOP
+                    parts := string_to_array(entry, '|');
+                    IF parts[6] <> '0' OR parts[7] <> '0' OR parts[8] <> '0' THEN
+                        UPDATE public.devices
+                        SET change_seq = change_seq + parts[6]::bigint,
+                            write_tokens = write_tokens - parts[6]::bigint,
+                            log_count = log_count + parts[7]::bigint,
+                            tombstone_count = tombstone_count + parts[8]::bigint
+                        WHERE id = parts[1]::uuid;
+                    END IF;
+                END LOOP;
+            END IF;
+            IF parked <> parked_before THEN
+                written := set_config('poopypals.devices_parked', parked, true);
+            END IF;
+            due := parked <> '';
         END IF;
-        PERFORM set_config('poopypals.devices_parked', parked, true);
-        due := parked <> '';
         IF seq IS NULL THEN
             UPDATE public.devices
             SET change_seq = change_seq + 1,
@@ -227,14 +239,16 @@ BEGIN
             IF seq IS NULL THEN
                 -- The row goes unnumbered (or is refused below): the slot names no device now, and parked devices
                 -- keep the statement trigger due. (A numbered row writes the slot below.)
-                PERFORM set_config('poopypals.device_slot',
+                written := set_config('poopypals.device_slot',
                     CASE WHEN due THEN concat_ws('|', 'P', '', statement, touched) ELSE '' END, true);
             END IF;
         END IF;
         -- No row of this device under the request's key to number the change by: the key moved (a rotation) or its
         -- device began to be erased after the request checked it, or the row names another device. The profile role's
         -- erasure of an erasing device's logs, and a session with no device key (an operator's), are not numbered.
-        IF seq IS NULL AND public.get_current_device_key() IS NOT NULL
+        IF seq IS NOT NULL THEN
+            NULL;  -- numbered: the test below is compiled (once a transaction) only when a row goes unnumbered
+        ELSIF public.get_current_device_key() IS NOT NULL
            AND current_user OPERATOR(pg_catalog.<>) '<profiles_role>'::name THEN
             -- A new snapshot (this function is volatile): the key as it stands now.
             IF public.get_current_device_id() IS NULL THEN
@@ -257,7 +271,7 @@ BEGIN
             END IF;
             INSERT INTO public.poop_log_tombstones (device_id, id, change_seq) VALUES (OLD.device_id, OLD.id, seq)
             ON CONFLICT (device_id, id) DO UPDATE SET change_seq = EXCLUDED.change_seq, deleted_at = at;
-            PERFORM set_config('poopypals.device_slot', concat_ws('|',
+            written := set_config('poopypals.device_slot', concat_ws('|',
                 CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 AND NOT due THEN 'C' ELSE 'P' END,
                 device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
         END IF;
@@ -288,7 +302,7 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    PERFORM set_config('poopypals.device_slot', concat_ws('|',
+    written := set_config('poopypals.device_slot', concat_ws('|',
         CASE WHEN pending_changes = 0 AND pending_logs = 0 AND pending_tombstones = 0 AND NOT due THEN 'C' ELSE 'P' END,
         device, statement, touched, seq, tokens, logs, tombstones, pending_changes, pending_logs, pending_tombstones), true);
     RETURN NEW;

@@ -17,7 +17,7 @@ public enum Release {
     /// that release's own binary (scripts/upgrade_drill.py).
     public static let previous = SemanticVersion(1, 0, 0)
     /// The newest pre-deployment migration this release needs applied before it serves.
-    public static let requiredMigration: Int64 = 41
+    public static let requiredMigration: Int64 = 42
     /// The newest post-deployment migration this release ships; nil when it ships none. It serves both before and
     /// after them.
     public static let newestPostDeploymentMigration: Int64? = nil
