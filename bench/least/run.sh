@@ -18,8 +18,12 @@
 #   and, to see where least's cost goes, three transactions of least's shape around a statement of no work:
 #   `SELECT 1`, `SELECT get_current_device_id()` (what each policy runs once per statement), and the same lookup
 #   of the key map as a plain statement
-#   ours      the service's transaction as bench/ Scenario sends it (the context statement of nine set_config
-#             calls, role included, and the repository's statement), on the real tables
+#   ours      the service's transaction as `serve` sends it for a device whose id it keeps (its steady state): the
+#             context statement (nine set_config calls, role included, and the kept id's check), then the
+#             repository's statements with the device's stored id bound, on the real tables: a read (get, list) in
+#             one round trip with no BEGIN or COMMIT and the context's transaction_read_only; create's insert
+#             followed by its read-back (PoopLogRepository.create). Until issue 57 "ours" was the replica of
+#             before sql/0030 (four settings fewer, no check, the device found by its key in the statement)
 #
 #   bench/least/run.sh [BINARY]     (BINARY: the poopypals executable, default .build/debug/poopypals)
 set -euo pipefail
@@ -50,7 +54,7 @@ INSERT INTO device_key_map (key, id) SELECT key, id FROM devices;  -- sql/0027: 
 INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type)
 SELECT gen_random_uuid(), d.id, date_trunc('second', now()) - g * interval '1 hour', 4 FROM devices d, generate_series(1, 30) g;
 CREATE TABLE bench_keys AS
-SELECT row_number() OVER (ORDER BY d.key) AS n, d.key, (SELECT l.id FROM poop_logs l WHERE l.device_id = d.id LIMIT 1) AS log_id
+SELECT row_number() OVER (ORDER BY d.key) AS n, d.key, d.id AS device, (SELECT l.id FROM poop_logs l WHERE l.device_id = d.id LIMIT 1) AS log_id
 FROM devices d;
 CREATE UNIQUE INDEX ON bench_keys (n);
 GRANT SELECT ON bench_keys TO :"owner";
@@ -84,24 +88,31 @@ seen=$(psql "$CU" -qAtX -c "BEGIN" -c "SELECT set_config('app.device_id', '$K1',
 cols="id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version"
 id() { echo "(SELECT m.id FROM $1 m WHERE m.key = :k::uuid)"; }
 device="SELECT set_config('app.device_id', :k, true);"
-ctx9="SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('idle_in_transaction_session_timeout', '10000', true), set_config('poopypals.max_logs_per_device', '100000', true), set_config('poopypals.max_tombstones_per_device', '100000', true), set_config('poopypals.device_write_burst', '600', true), set_config('poopypals.device_write_rate', '10', true);"
+settings="set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('idle_in_transaction_session_timeout', '60000', true), set_config('poopypals.max_logs_per_device', '100000', true), set_config('poopypals.max_tombstones_per_device', '20000', true), set_config('poopypals.device_write_burst', '2000', true), set_config('poopypals.device_write_rate', '20', true)"
+check="CASE WHEN get_current_device_id() IS DISTINCT FROM :d::uuid THEN poopypals_device_is(:d::uuid) END"
+ctx9="SELECT $settings, $check;"
+ctx9read="SELECT $settings, set_config('transaction_read_only', 'on', true), $check;"
 get() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") AND id = :l;"; }
 list() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") ORDER BY occurred_at DESC, id DESC LIMIT 21;"; }
 insert() { echo "INSERT INTO $1 (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), $(id "$2"), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"; }
 numbered="WITH d AS (UPDATE least.devices SET change_seq = change_seq + 1 WHERE id = $(id device_key_map) RETURNING id, change_seq) INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), d.id, now(), 4, NULL, d.change_seq FROM d ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
 sequenced="INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), m.id, now(), 4, NULL, nextval('least.change_seq') FROM device_key_map m, LATERAL (SELECT pg_advisory_xact_lock(hashtextextended(m.id::text, 0))) AS turn WHERE m.key = :k::uuid ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
-create="WITH device AS (SELECT m.id FROM device_key_map m WHERE m.key = :k::uuid), inserted AS (INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), (SELECT id FROM device), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols) SELECT *, true AS created FROM inserted UNION ALL SELECT $cols, false FROM poop_logs WHERE device_id = (SELECT id FROM device) AND id = gen_random_uuid() AND NOT EXISTS (SELECT FROM inserted);"
+# The service's: the stored id bound ($2), then the read-back of the same id (here the device's seeded log: an index
+# probe that finds a row, as the service's finds the row just inserted).
+create="INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), :d::uuid, now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
+readback="SELECT $cols FROM poop_logs WHERE device_id = :d::uuid AND id = :l::uuid;"
+served() { printf '%s\n' '\startpipeline' "$@" '\endpipeline'; }  # a read of one round trip: no BEGIN, no COMMIT
 script() {  # NAME STATEMENT...: the key (and a log of the device) read outside the transaction, then the statements
   local f=$WORK/$1.sql; shift
-  printf '%s\n' '\set n random(1, 1000)' 'SELECT key::text AS k, log_id AS l FROM bench_keys WHERE n = :n \gset' "$@" >"$f"
+  printf '%s\n' '\set n random(1, 1000)' 'SELECT key::text AS k, device::text AS d, log_id AS l FROM bench_keys WHERE n = :n \gset' "$@" >"$f"
 }
 tx() { printf '%s\n' '\startpipeline' 'BEGIN;' "$@" 'COMMIT;' '\endpipeline'; }
 script "get_1_floor" "$(get floor.poop_logs floor.device_key_map)"
 script "get_2_least" "$(tx "$device" "$(get least.poop_logs device_key_map)")"
-script "get_4_ours" "$(tx "$ctx9" "$(get poop_logs device_key_map)")"
+script "get_4_ours" "$(served "$ctx9read" "SELECT $cols FROM poop_logs WHERE device_id = :d::uuid AND id = :l;")"
 script "list_1_floor" "$(list floor.poop_logs floor.device_key_map)"
 script "list_2_least" "$(tx "$device" "$(list least.poop_logs device_key_map)")"
-script "list_4_ours" "$(tx "$ctx9" "$(list poop_logs device_key_map)")"
+script "list_4_ours" "$(served "$ctx9read" "SELECT $cols FROM poop_logs WHERE device_id = :d::uuid ORDER BY occurred_at DESC, id DESC LIMIT 21;")"
 script "parts_1_SELECT 1" "$(tx "$device" "SELECT 1;")"
 script "parts_2_get_current_device_id()" "$(tx "$device" "SELECT get_current_device_id();")"
 script "parts_3_the key map lookup" "$(tx "$device" "SELECT m.id FROM device_key_map m WHERE m.key = :k::uuid;")"
@@ -109,7 +120,7 @@ script "create_1_floor" "$(insert floor.poop_logs floor.device_key_map)"
 script "create_2_least" "$(tx "$device" "$(insert least.poop_logs device_key_map)")"
 script "create_3_sequenced" "$(tx "$device" "$sequenced")"
 script "create_4_numbered" "$(tx "$device" "$numbered")"
-script "create_5_ours" "$(tx "$ctx9" "$create")"
+script "create_5_ours" "$(tx "$ctx9" "$create" "$readback")"
 
 cpu() { python3 "$ROOT/bench/pg_cpu.py" "$DATA"; }  # PostgreSQL CPU seconds so far (bench/pg_cpu.py)
 backends_gone() {  # pgbench's backends exit after it does; a read before they are reaped would miss their CPU

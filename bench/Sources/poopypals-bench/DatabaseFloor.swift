@@ -39,7 +39,13 @@ enum DatabaseFloor {
     static func pairs(devices: Int) -> [Pair] {
         let key = Scenario.pgDevice
         let columns = "id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version"
-        func ours(_ statement: String) -> String { Scenario.pipelined(devices, statement) }
+        // Ours: as the service sends it for a device whose id it keeps (`Scenario.context`, the stored id bound);
+        // reads of one round trip without BEGIN and COMMIT.
+        func ours(_ statement: String, checksKeptID: Bool = true) -> String {
+            Scenario.pipelined(devices, statement, checksKeptID: checksKeptID)
+        }
+        func oursRead(_ statement: String) -> String { Scenario.read(devices, statement) }
+        let stored = Scenario.pgStoredID
         // The floor: the statement alone (autocommit), as a bare client would send it.
         func bare(_ statement: String) -> String { "\\set n random(1, \(devices))\n\(statement)" }
         func id(_ table: String) -> String { "(SELECT d.id FROM \(table) d WHERE d.key = \(key))" }
@@ -49,49 +55,50 @@ enum DatabaseFloor {
         let deleteTarget = "('00000000-0000-4000-b000-' || lpad(:m::text, 12, '0'))::uuid"
         let counter = "\\set k :k + 1\n\\set m :client_id * 1000000 + :k\n\\set n 1 + :m % \(devices)\n"
         func push(_ count: Int, floor: Bool) -> String {
-            let logs = floor ? "floor.poop_logs" : "poop_logs", deviceID = id(floor ? "floor.devices" : "devices")
-            var script = "\\set n random(1, \(devices))\nBEGIN;\n"
-            if !floor { script += Scenario.context + "\n" }
-            for _ in 0..<count {
-                script += "SELECT \(columns) FROM \(logs) WHERE device_id = \(deviceID) AND id = gen_random_uuid() FOR UPDATE;\n"
-                script += "INSERT INTO \(logs) (id, device_id, occurred_at, bristol_type, notes\(floor ? ", change_seq" : "")) VALUES (gen_random_uuid(), \(deviceID), now(), 4, NULL\(floor ? ", 0" : "")) ON CONFLICT (device_id, id) DO NOTHING RETURNING id;\n"
+            let logs = floor ? "floor.poop_logs" : "poop_logs", deviceID = floor ? id("floor.devices") : stored
+            var script = "\\set n random(1, \(devices))\n\(Scenario.pgNewLogs)\nBEGIN;\n"
+            if !floor { script += Scenario.context() + "\n" }
+            for op in 0..<count {
+                let log = Scenario.pgNewLog(op)
+                script += "SELECT \(columns) FROM \(logs) WHERE device_id = \(deviceID) AND id = \(log) FOR UPDATE;\n"
+                script += "INSERT INTO \(logs) (id, device_id, occurred_at, bristol_type, notes\(floor ? ", change_seq" : "")) VALUES (\(log), \(deviceID), now(), 4, NULL\(floor ? ", 0" : "")) ON CONFLICT (device_id, id) DO NOTHING RETURNING id;\n"
             }
             return script + "COMMIT;\n"
         }
         let pullQuery = { (devicesTable: String, logs: String, tombstones: String) in
             "WITH device AS (SELECT id, purged_through_seq FROM \(devicesTable) WHERE key = \(key)), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM \(logs) l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM \(tombstones) t WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;"
         }
-        let patch = { (logs: String, devicesTable: String) in
-            "UPDATE \(logs) SET occurred_at = COALESCE(NULL::timestamptz, occurred_at), bristol_type = COALESCE(:b::smallint, bristol_type), notes = CASE WHEN false THEN NULL::text ELSE notes END, updated_at = now() WHERE device_id = \(id(devicesTable)) AND id = \(fixed) RETURNING \(columns);"
+        let patch = { (logs: String, device: String) in
+            "UPDATE \(logs) SET occurred_at = COALESCE(NULL::timestamptz, occurred_at), bristol_type = COALESCE(:b::smallint, bristol_type), notes = CASE WHEN false THEN NULL::text ELSE notes END, updated_at = now() WHERE device_id = \(device) AND id = \(fixed) RETURNING \(columns);"
         }
         let register = { (devicesTable: String) in
             "INSERT INTO \(devicesTable) (key, model, os_version, app_version, build_number, is_simulator) VALUES (\(key)::uuid, 'iPhone15,2', '18.1', '1.4.0', '140', false) ON CONFLICT (key) DO UPDATE SET model = EXCLUDED.model, os_version = EXCLUDED.os_version, app_version = EXCLUDED.app_version, build_number = EXCLUDED.build_number, is_simulator = EXCLUDED.is_simulator, last_seen_at = now() WHERE \(devicesTable).erasing_since IS NULL RETURNING user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at, (xmax = 0) AS inserted;"
         }
         return [
             Pair(name: "list 20", rows: 0,
-                 ours: ours("SELECT \(columns) FROM poop_logs WHERE device_id = \(id("devices")) ORDER BY occurred_at DESC, id DESC LIMIT 21;"),
+                 ours: oursRead("SELECT \(columns) FROM poop_logs WHERE device_id = \(stored) ORDER BY occurred_at DESC, id DESC LIMIT 21;"),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) ORDER BY occurred_at DESC, id DESC LIMIT 21;")),
             Pair(name: "get", rows: 0,
-                 ours: ours("SELECT \(columns) FROM poop_logs WHERE device_id = \(id("devices")) AND id = \(fixed);"),
+                 ours: oursRead("SELECT \(columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(fixed);"),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(fixed);")),
             Pair(name: "create", rows: 1,
-                 ours: ours("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(id("devices")), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);\nSELECT \(columns) FROM poop_logs WHERE device_id = \(id("devices")) AND id = gen_random_uuid();"),
+                 ours: ours("INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(stored), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);\nSELECT \(columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(fixed);"),
                  floor: bare("INSERT INTO floor.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), \(id("floor.devices")), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);")),
             Pair(name: "patch", rows: 1,
-                 ours: "\\set b random(1, 7)\n" + ours(patch("poop_logs", "devices")),
-                 floor: "\\set b random(1, 7)\n" + bare(patch("floor.poop_logs", "floor.devices"))),
+                 ours: "\\set b random(1, 7)\n" + ours(patch("poop_logs", stored)),
+                 floor: "\\set b random(1, 7)\n" + bare(patch("floor.poop_logs", id("floor.devices")))),
             Pair(name: "delete", rows: 1,
-                 ours: counter + "\\startpipeline\nBEGIN;\n\(Scenario.context)\nDELETE FROM poop_logs WHERE device_id = \(id("devices")) AND id = \(deleteTarget);\nCOMMIT;\n\\endpipeline\n",
+                 ours: counter + "\\startpipeline\nBEGIN;\n\(Scenario.context())\nDELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(deleteTarget);\nCOMMIT;\n\\endpipeline\n",
                  floor: counter + "DELETE FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(deleteTarget);\n",
                  transactions: deletesPerRun),
             Pair(name: "ensureProfile (existing)", rows: 0,
-                 ours: ours("SELECT * FROM poopypals_ensure_profile(\(Scenario.pgUser), 'user' || :n || '@bench.example', false, NULL, false, NULL);"),
+                 ours: ours("SELECT * FROM poopypals_ensure_profile(\(Scenario.pgUser), 'user' || :n || '@bench.example', false, NULL, false, NULL);", checksKeptID: false),
                  floor: bare("SELECT u.id, u.email, u.full_name, u.role, u.date_of_birth, u.created_at, u.updated_at FROM floor.users u WHERE u.id = (SELECT d.user_id FROM floor.devices d WHERE d.key = \(key)) AND u.id = \(Scenario.pgUser) AND u.email = 'user' || :n || '@bench.example';")),
             Pair(name: "register (existing)", rows: 0,
-                 ours: ours("SELECT outcome, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at FROM poopypals_register_device('iPhone15,2', '18.1', '1.4.0', '140', false, true, '', 30, 0.0333333);"),
+                 ours: ours("SELECT outcome, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at FROM poopypals_register_device('iPhone15,2', '18.1', '1.4.0', '140', false, true, '', 30, 0.0333333);", checksKeptID: false),
                  floor: bare(register("floor.devices"))),
             Pair(name: "sync pull (20)", rows: 0,
-                 ours: "\\set after 0\n" + ours(pullQuery("devices", "poop_logs", "poop_log_tombstones")),
+                 ours: "\\set after 0\n" + oursRead("WITH changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = \(stored) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = \(stored) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = \(stored)) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;"),
                  floor: "\\set after 0\n" + bare(pullQuery("floor.devices", "floor.poop_logs", "floor.poop_log_tombstones"))),
             Pair(name: "sync push (1)", rows: 1, ours: push(1, floor: false), floor: push(1, floor: true)),
             Pair(name: "sync push (10)", rows: 10, ours: push(10, floor: false), floor: push(10, floor: true)),

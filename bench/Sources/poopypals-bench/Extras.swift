@@ -36,18 +36,22 @@ enum Scaling {
                 """)
             // Registration writes the map (sql/0027); seeded devices get their rows here.
             try conn.execute("INSERT INTO device_key_map (key, id, user_id) SELECT d.key, d.id, d.user_id FROM devices d WHERE d.erasing_since IS NULL ON CONFLICT DO NOTHING")
+            // The keys and the devices' stored ids as values for pgbench's scripts (`Scenario.pgDevice`,
+            // `Scenario.pgStoredID`): fake devices' keys, readable by all (read before FORCE
+            // is restored: the owner sees every device only until then).
             try conn.executeScript("""
-                ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY;
-                ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY
-                """)
-            // The keys as values for pgbench's scripts (`Scenario.pgDevice`): fake devices' keys, readable by all.
-            try conn.executeScript("""
-                CREATE SCHEMA IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.device_keys (n integer PRIMARY KEY, key uuid NOT NULL);
+                CREATE SCHEMA IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.device_keys (n integer PRIMARY KEY, key uuid NOT NULL, id uuid);
                 GRANT USAGE ON SCHEMA bench TO PUBLIC; GRANT SELECT ON bench.device_keys TO PUBLIC
                 """)
             try conn.execute("""
-                INSERT INTO bench.device_keys SELECT n, poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid)
-                FROM generate_series(1, \(count)) AS n ON CONFLICT DO NOTHING
+                INSERT INTO bench.device_keys SELECT n, d.key, d.id
+                FROM generate_series(1, \(count)) AS n
+                JOIN devices d ON d.key = poopypals_device_key(('00000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid)
+                ON CONFLICT DO NOTHING
+                """)
+            try conn.executeScript("""
+                ALTER TABLE devices FORCE ROW LEVEL SECURITY; ALTER TABLE users FORCE ROW LEVEL SECURITY;
+                ALTER TABLE device_key_map FORCE ROW LEVEL SECURITY
                 """)
         }
     }

@@ -22,7 +22,8 @@ struct NIOPeer: Sendable {
         return configuration
     }
 
-    /// The first statement of every request: the same settings as ours and pgbench's (`Scenario.context`).
+    /// The first statement of every request: the role, the key and the two time limits a developer would set (ours and
+    /// pgbench's, `Scenario.context`, also set the idle limit, the quotas and the write bucket, and check a kept id).
     func context(_ conn: PostgresConnection, key: String) async throws {
         try await conn.query("""
             SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(key), true), \

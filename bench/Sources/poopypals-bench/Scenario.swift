@@ -47,20 +47,69 @@ struct Scenario: Sendable {
     /// 44 µs of PostgreSQL CPU per call against 14 for the same statement without it), so pgbench's side of
     /// every ratio carried about 60 µs of work ours did not.
     static let pgDevice = "(SELECT k.key FROM bench.device_keys k WHERE k.n = :n)"
-    /// The device's stable id, found by its key in the statement itself, as every repository statement does (sql/0021).
-    static let pgDeviceID = "(SELECT d.id FROM devices d WHERE d.key = \(pgDevice))"
+    /// The device's stored id (`devices.id`) as the service binds it in every statement: kept per instance after
+    /// the device's first request (sql/0030, `KeptDeviceIDs`), checked in the context statement. pgbench reads it
+    /// beside the key. Until issue 57 the scripts found it by the key in each statement (`devices` by `key`), as
+    /// the repositories did before sql/0030, and their context set four settings and checked nothing.
+    static let pgStoredID = "(SELECT k.id FROM bench.device_keys k WHERE k.n = :n)"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
-    /// What `DeviceTransaction` sends first (the default time limits: 5 s and 2 s).
-    static let context = "SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(pgDevice)::text, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true);"
+    /// Device n's fixed log (seeded by `DatabaseFloor.prepare`; before it, an id no row has): the id that get and
+    /// create's read-back look for. Until issue 57 the read-back compared the id with `gen_random_uuid()`, which
+    /// no index can take (a volatile function): the device's every log was read and compared, where ours probes.
+    static let pgFixedLog = "('00000000-0000-4000-a000-' || lpad(:n::text, 12, '0'))::uuid"
 
-    static func pipelined(_ devices: Int, _ statement: String) -> String {
+    /// A new log's id, the same in a push's locking read and its insert (as the service binds one id in both): the
+    /// `op`-th of a push, from `:r` (`pgNewLogs`, per transaction). Until issue 57 both compared with
+    /// `gen_random_uuid()`, each its own id, and the read, which no index could take (a volatile function), read
+    /// every log of the device: a cost that grew with the device's logs, in the push of 500 most of all.
+    static func pgNewLog(_ op: Int) -> String {
+        "('00000000-0000-4000-c000-' || lpad((:r::bigint * 1000 + \(op))::text, 12, '0'))::uuid"
+    }
+    static let pgNewLogs = "\\set r random(1, 999999999)"
+
+    /// What `DeviceTransaction` sends first for a device whose id the instance keeps (steady state), with the
+    /// service's default settings (`RequestTimeouts`, `DeviceQuotas`, `RateLimits`): the role, the key, the three
+    /// time limits, the two quotas and the write bucket, a read's `transaction_read_only`, then the kept id's check
+    /// (for the work that names the device by its stored id: not registration's, not ensureProfile's).
+    static func context(readOnly: Bool = false, checksKeptID: Bool = true) -> String {
+        let timeouts = RequestTimeouts.default, quotas = DeviceQuotas.default, rates = RateLimits.default
+        func milliseconds(_ duration: Duration) -> String {
+            let (seconds, attoseconds) = duration.components
+            return String(seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        }
+        let settings = [("statement_timeout", milliseconds(timeouts.statement)), ("lock_timeout", milliseconds(timeouts.lock)),
+                        ("idle_in_transaction_session_timeout", milliseconds(timeouts.idleInTransaction)),
+                        ("poopypals.max_logs_per_device", String(quotas.maxLogs)),
+                        ("poopypals.max_tombstones_per_device", String(quotas.maxTombstones)),
+                        ("poopypals.device_write_burst", String(rates.writeBurst)),
+                        ("poopypals.device_write_rate", String(rates.writesPerSecond))]
+            + (readOnly ? [("transaction_read_only", "on")] : [])
+        return "SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(pgDevice)::text, true)"
+            + settings.map { ", set_config('\($0.0)', '\($0.1)', true)" }.joined()
+            + (checksKeptID ? ", CASE WHEN get_current_device_id() IS DISTINCT FROM \(pgStoredID) THEN poopypals_device_is(\(pgStoredID)) END;" : ";")
+    }
+
+    /// A write as the service sends it: BEGIN, the context, the statements, COMMIT, in one round trip.
+    static func pipelined(_ devices: Int, _ statement: String, checksKeptID: Bool = true) -> String {
         """
         \\set n random(1, \(devices))
         \\startpipeline
         BEGIN;
-        \(context)
+        \(context(checksKeptID: checksKeptID))
         \(statement)
         COMMIT;
+        \\endpipeline
+        """
+    }
+
+    /// A read of one round trip as the service sends it (issue 59, 69f1a30): the read-only context and the statement,
+    /// no BEGIN and no COMMIT (the pipeline up to its Sync is one transaction).
+    static func read(_ devices: Int, _ statement: String) -> String {
+        """
+        \\set n random(1, \(devices))
+        \\startpipeline
+        \(context(readOnly: true))
+        \(statement)
         \\endpipeline
         """
     }
@@ -70,21 +119,21 @@ struct Scenario: Sendable {
         [
             Scenario(
                 name: "list 20 newest logs",
-                pgbenchScript: pipelined(devices, """
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) ORDER BY occurred_at DESC, id DESC LIMIT 21;
+                pgbenchScript: read(devices, """
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) ORDER BY occurred_at DESC, id DESC LIMIT 21;
                     """),
                 ours: { repositories, n in _ = try await repositories.logs.list(limit: 20, as: device(n)) }),
             Scenario(
                 name: "ensureProfile (existing user)",
                 pgbenchScript: pipelined(devices, """
                     SELECT * FROM poopypals_ensure_profile(\(pgUser), 'user' || :n || '@bench.example', false, NULL, false, NULL);
-                    """),
+                    """, checksKeptID: false),
                 ours: { repositories, n in _ = try await repositories.users.ensureProfile(as: device(n), id: user(n), email: email(n)) }),
             Scenario(
                 name: "register existing device",
                 pgbenchScript: pipelined(devices, """
                     SELECT outcome, user_id, model, os_version, app_version, build_number, is_simulator, created_at, last_seen_at FROM poopypals_register_device('iPhone15,2', '18.1', '1.4.0', '140', false, true, '', 30, 0.0333333);
-                    """),
+                    """, checksKeptID: false),
                 ours: { repositories, n in
                     _ = try await repositories.devices.register(
                         DeviceInfo(model: "iPhone15,2", osVersion: "18.1", appVersion: "1.4.0", buildNumber: "140"), as: device(n))
@@ -92,8 +141,8 @@ struct Scenario: Sendable {
             Scenario(
                 name: "create log",
                 pgbenchScript: pipelined(devices, """
-                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDeviceID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) AND id = gen_random_uuid();
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgStoredID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) AND id = \(pgFixedLog);
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
@@ -101,8 +150,8 @@ struct Scenario: Sendable {
             Scenario(
                 name: "sync pull (first page of 20)",
                 // The cursor is a parameter, as ours is (`:after` becomes `$n` under `-M prepared`).
-                pgbenchScript: "\\set after 0\n" + pipelined(devices, """
-                    WITH device AS (SELECT id, purged_through_seq FROM devices WHERE key = \(pgDevice)), changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = (SELECT id FROM device) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = (SELECT id FROM device) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT purged_through_seq FROM device) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
+                pgbenchScript: "\\set after 0\n" + read(devices, """
+                    WITH changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = \(pgStoredID) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = \(pgStoredID) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = \(pgStoredID)) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
                     """),
                 ours: { repositories, n in _ = try await repositories.sync.pull(cursor: nil, limit: 20, as: device(n)) }),
             // Push is three round trips by nature (lock and read, then write, then commit): pgbench runs the same
@@ -111,12 +160,13 @@ struct Scenario: Sendable {
                 name: "sync push (one new log)",
                 pgbenchScript: """
                     \\set n random(1, \(devices))
+                    \(pgNewLogs)
                     \\startpipeline
                     BEGIN;
-                    \(context)
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgDeviceID) AND id = gen_random_uuid() FOR UPDATE;
+                    \(context())
+                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) AND id = \(pgNewLog(0)) FOR UPDATE;
                     \\endpipeline
-                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgDeviceID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id;
+                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (\(pgNewLog(0)), \(pgStoredID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id;
                     COMMIT;
                     """,
                 ours: { repositories, n in
