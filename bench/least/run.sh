@@ -15,6 +15,7 @@
 #             transaction-level advisory lock on the device (its writers take turns until COMMIT) and a sequence
 #   numbered  (create) least, plus the device's change number taken in the statement (one update of the device
 #             row, what the schema does; the device row also carries the quotas' counts)
+#   (patch: floor, least, numbered and ours likewise, on the device's seeded log)
 #   and, to see where least's cost goes, three transactions of least's shape around a statement of no work:
 #   `SELECT 1`, `SELECT get_current_device_id()` (what each policy runs once per statement), and the same lookup
 #   of the key map as a plain statement
@@ -76,6 +77,8 @@ ALTER TABLE least.poop_logs OWNER TO :"owner";
 ALTER TABLE least.poop_logs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
 CREATE POLICY own_read ON least.poop_logs FOR SELECT USING (device_id = (SELECT get_current_device_id()));
 CREATE POLICY own_insert ON least.poop_logs FOR INSERT WITH CHECK (device_id = (SELECT get_current_device_id()));
+CREATE POLICY own_update ON least.poop_logs FOR UPDATE USING (device_id = (SELECT get_current_device_id()))
+    WITH CHECK (device_id = (SELECT get_current_device_id()));
 CREATE SEQUENCE least.change_seq;
 ALTER SEQUENCE least.change_seq OWNER TO :"owner";
 VACUUM ANALYZE;
@@ -121,6 +124,15 @@ script "create_2_least" "$(tx "$device" "$(insert least.poop_logs device_key_map
 script "create_3_sequenced" "$(tx "$device" "$sequenced")"
 script "create_4_numbered" "$(tx "$device" "$numbered")"
 script "create_5_ours" "$(tx "$ctx9" "$create" "$readback")"
+# Patch (issue 57): the device's seeded log, a random Bristol type; numbered takes the change number from one update
+# of the device row, as numbered create does; ours is PoopLogRepository.update's statement as serve sends it.
+patch() { echo "UPDATE $1 SET bristol_type = :b, updated_at = now() WHERE device_id = $(id "$2") AND id = :l RETURNING $cols;"; }
+patch_numbered="WITH d AS (UPDATE least.devices SET change_seq = change_seq + 1 WHERE id = $(id device_key_map) RETURNING change_seq) UPDATE least.poop_logs SET bristol_type = :b, updated_at = now(), change_seq = (SELECT change_seq FROM d) WHERE device_id = $(id device_key_map) AND id = :l RETURNING $cols;"
+patch_ours="UPDATE poop_logs SET occurred_at = COALESCE(NULL::timestamptz, occurred_at), bristol_type = COALESCE(:b::smallint, bristol_type), notes = CASE WHEN false THEN NULL::text ELSE notes END, updated_at = now() WHERE device_id = :d::uuid AND id = :l::uuid RETURNING $cols;"
+script "patch_1_floor" '\set b random(1, 7)' "$(patch floor.poop_logs floor.device_key_map)"
+script "patch_2_least" '\set b random(1, 7)' "$(tx "$device" "$(patch least.poop_logs device_key_map)")"
+script "patch_4_numbered" '\set b random(1, 7)' "$(tx "$device" "$patch_numbered")"
+script "patch_5_ours" '\set b random(1, 7)' "$(tx "$ctx9" "$patch_ours")"
 
 cpu() { python3 "$ROOT/bench/pg_cpu.py" "$DATA"; }  # PostgreSQL CPU seconds so far (bench/pg_cpu.py)
 backends_gone() {  # pgbench's backends exit after it does; a read before they are reaped would miss their CPU
