@@ -747,30 +747,55 @@ restart_node() {
   say "$name's keeper started again; it rejoins as a secondary (scripts/cluster.sh wait-healthy)"
 }
 
+# Whether the formation has switched away from the primary on port $1: another node primary, every other node a
+# secondary in sync (`healthy`).
+switched_from() { local now; now=$(port_in_state primary) && [ "$now" != "${1:-}" ] && healthy; }
+
+# Stops a process and everything it started, the youngest first.
+stop_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do stop_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+
 switchover() {
   local before; before=$(port_in_state primary wait_primary single) || true
-  # pg_autoctl waits (--wait, seconds) for the new primary; timeout bounds it if the monitor does not answer.
   local lines=0
   [ ! -f "$STATE/switchover.log" ] || lines=$(wc -l <"$STATE/switchover.log")
+  # pg_autoctl waits (--wait, seconds) for the new primary; timeout bounds it if the monitor does not answer. Its own
+  # wait can miss the monitor's notifications (pg_auto_failover issues 604 and 620; make test of 2026-11-30: its
+  # notifications showed the new primary and both secondaries at their goal 3 s in, and it failed about a minute
+  # later, at its --wait), so the formation's state decides, asked while pg_autoctl waits: once it has switched,
+  # pg_autoctl has 5 s more to end by itself, then it is stopped (the switchover is the monitor's work; pg_autoctl only
+  # watches it). Until 2026-11-30 such a wait was waited out: a minute more in one make test of four.
   # shellcheck disable=SC2046
-  if ! as_owner timeout 75 env $(autoctl_env) pg_autoctl perform switchover --monitor "$(monitor_url)" --wait 60 \
-       >>"$STATE/switchover.log" 2>&1; then
-    # pg_autoctl's own wait can miss the monitor's notifications and call a switchover that completed a failure
-    # (pg_auto_failover issues 604 and 620; make test of 2026-11-30: its notifications showed the new primary and
-    # both secondaries at their goal 3 s in, and it failed about a minute later, at its --wait). The formation's
-    # state decides, within 15 s: another node primary, both others secondaries in sync. What pg_autoctl said is
-    # kept, without its table of notifications.
-    local said after="" deadline=$((SECONDS + 15))
+  as_owner timeout 75 env $(autoctl_env) pg_autoctl perform switchover --monitor "$(monitor_url)" --wait 60 \
+    >>"$STATE/switchover.log" 2>&1 &
+  local waiter=$! switched_at="" stopped="" status=0
+  while kill -0 "$waiter" 2>/dev/null; do
+    if [ -z "$switched_at" ]; then
+      if switched_from "$before"; then switched_at=$SECONDS; fi
+    elif [ $((SECONDS - switched_at)) -ge 5 ]; then
+      stop_tree "$waiter"
+      stopped=1
+      break
+    fi
+    sleep 0.5
+  done
+  wait "$waiter" || status=$?
+  if [ "$status" -ne 0 ]; then
+    # Failed, or stopped above: the formation's state decides, within 15 s. What pg_autoctl said is kept, without its
+    # table of notifications.
+    local said deadline=$((SECONDS + 15))
     said=$(tail -n +"$((lines + 1))" "$STATE/switchover.log" | grep -v -E '^ *[0-9:]+ \| |^-+\+|^ *Time \|' | tail -8)
-    until { after=$(port_in_state primary) && [ "$after" != "${before:-}" ] && healthy; } || [ $SECONDS -ge $deadline ]; do
-      after=""
-      sleep 0.5
-    done
-    if [ -n "$after" ] && [ "$after" != "${before:-}" ] && healthy; then
-      say "pg_autoctl perform switchover exited with an error, yet the formation switched (its wait missed a notification): ${said//$'\n'/ / }"
-    else
+    until switched_from "$before" || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
+    if ! switched_from "$before"; then
       tail -15 "$STATE/switchover.log" >&2
       die "pg_autoctl perform switchover failed"
+    elif [ -n "$stopped" ]; then
+      say "the formation switched; pg_autoctl perform switchover, still waiting 5 s after, was stopped (its wait missed a notification)"
+    else
+      say "pg_autoctl perform switchover exited with an error, yet the formation switched (its wait missed a notification): ${said//$'\n'/ / }"
     fi
   fi
   say "switchover done: primary was 127.0.0.1:${before:-?}, is 127.0.0.1:$(port_in_state primary wait_primary || echo '?')"
