@@ -113,7 +113,15 @@ public final class DeviceTransaction {
     }
 
     /// A kept id's check on a transaction already begun (`runPipeline`); else it goes in the context.
-    private static let checkKeptID = "SELECT poopypals_device_is($1)"
+    private static let checkKeptID = "SELECT " + keptIDCheck("$1")
+
+    /// The check of a kept id bound as `parameter`: the key's id compared with it in the statement itself, and
+    /// `poopypals_device_is` (which raises PPD01, sql/0030) called only when they differ: one PL/pgSQL call a request
+    /// instead of two (issue 57: about 18 000 fewer PostgreSQL instructions per request, callgrind; a GET 403 k ->
+    /// 384 k).
+    private static func keptIDCheck(_ parameter: String) -> String {
+        "CASE WHEN public.get_current_device_id() IS DISTINCT FROM \(parameter)::uuid THEN public.poopypals_device_is(\(parameter)::uuid) END"
+    }
     private static let lookUpID: PostgresQuery = "SELECT get_current_device_id()"
 
     /// The device's stored id (`devices.id`), which the work's statements name: on Citus what routes a statement to
@@ -165,14 +173,10 @@ public final class DeviceTransaction {
 
     /// Each context, and each with a kept id's check last ($9): PostgreSQL evaluates a target list in order, so the
     /// check sees the role and `app.device_id` set by the calls before it (KeptDeviceIDTests: a stale id still fails
-    /// with PPD01 before the work runs). The check compares the key's id with the kept one in the statement itself
-    /// and calls `poopypals_device_is` (which raises PPD01) only when they differ: one PL/pgSQL call a request
-    /// instead of two (issue 57: about 18 000 fewer PostgreSQL instructions per request, callgrind; a GET 403 k ->
-    /// 384 k).
+    /// with PPD01 before the work runs).
     enum ContextSQL {
         case plain, onAStandbyFollowedServer, readOnly
-        static let checking =
-            ", CASE WHEN public.get_current_device_id() IS DISTINCT FROM $9::uuid THEN public.poopypals_device_is($9::uuid) END"
+        static let checking = ", " + DeviceTransaction.keptIDCheck("$9")
         static let plainChecking = DeviceTransaction.context + checking
         static let onAStandbyFollowedServerChecking = DeviceTransaction.contextOnAStandbyFollowedServer + checking
         /// A read's: the transaction refuses writes (25006) also when no BEGIN READ ONLY began it

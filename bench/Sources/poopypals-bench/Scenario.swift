@@ -58,6 +58,14 @@ struct Scenario: Sendable {
     /// no index can take (a volatile function): the device's every log was read and compared, where ours probes.
     static let pgFixedLog = "('00000000-0000-4000-a000-' || lpad(:n::text, 12, '0'))::uuid"
 
+    /// `PoopLogRepository.create`'s two statements, the stored id bound: the insert, then the read-back.
+    static let pgCreate = """
+        INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgStoredID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
+        SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) AND id = \(pgFixedLog);
+        """
+    /// `SyncRepository.pull`'s first page of 20 (`:after` bound, as ours is), the stored id bound.
+    static let pgPull = "WITH changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = \(pgStoredID) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = \(pgStoredID) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = \(pgStoredID)) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;"
+
     /// A new log's id, the same in a push's locking read and its insert (as the service binds one id in both): the
     /// `op`-th of a push, from `:r` (`pgNewLogs`, per transaction). Until issue 57 both compared with
     /// `gen_random_uuid()`, each its own id, and the read, which no index could take (a volatile function), read
@@ -141,8 +149,7 @@ struct Scenario: Sendable {
             Scenario(
                 name: "create log",
                 pgbenchScript: pipelined(devices, """
-                    INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgStoredID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) AND id = \(pgFixedLog);
+                    \(pgCreate)
                     """),
                 ours: { repositories, n in
                     _ = try await repositories.logs.create(NewPoopLog(occurredAt: Date(), bristolType: 4), as: device(n))
@@ -151,7 +158,7 @@ struct Scenario: Sendable {
                 name: "sync pull (first page of 20)",
                 // The cursor is a parameter, as ours is (`:after` becomes `$n` under `-M prepared`).
                 pgbenchScript: "\\set after 0\n" + read(devices, """
-                    WITH changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = \(pgStoredID) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = \(pgStoredID) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = \(pgStoredID)) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;
+                    \(pgPull)
                     """),
                 ours: { repositories, n in _ = try await repositories.sync.pull(cursor: nil, limit: 20, as: device(n)) }),
             // Push is three round trips by nature (lock and read, then write, then commit): pgbench runs the same
