@@ -50,6 +50,45 @@ struct RequestTransactionTests {
         }
     }
 
+    /// A read's context (issue 57) leaves out what only a write's triggers read (the quotas, the write bucket); what
+    /// bounds and confines a read stays: the service role, the device, the statement and lock limits, no write. A
+    /// read of one round trip sets no idle limit of its own (the session's stays: its pipeline is sent whole); a
+    /// snapshot, many round trips, sets it.
+    @Test func everyReadIsBoundedConfinedAndReadOnly() async throws {
+        try await TestDatabase.withMigrated { db in
+            var timeouts = RequestTimeouts(statement: .seconds(7), lock: .seconds(3))
+            timeouts.idleInTransaction = .seconds(40)
+            let database = Database(pool: db.pool(size: 1), timeouts: timeouts)
+            let device = UUID()
+            try await Seed.device(database, device)
+            let seen = PostgresQuery(unsafeSQL: """
+                SELECT concat_ws('/', current_user = poopypals_service_role(), get_current_device_id() IS NOT NULL,
+                    current_setting('statement_timeout'), current_setting('lock_timeout'), current_setting('transaction_read_only'),
+                    current_setting('idle_in_transaction_session_timeout'),
+                    coalesce(nullif(current_setting('poopypals.max_logs_per_device', true), ''), 'no quota'))
+                """)
+            let read = try await database.asDevice(DeviceID(device), readOnly: true) { tx in
+                try tx.finalQuery(seen)[0].decode(0, as: String.self)
+            }
+            #expect(read == "t/t/7s/3s/on/1min/no quota")
+            let snapshot = try await database.asDevice(DeviceID(device), snapshot: true) { tx in
+                try tx.query(seen)[0].decode(0, as: String.self)
+            }
+            #expect(snapshot == "t/t/7s/3s/on/40s/no quota")
+            let write = try await database.asDevice(DeviceID(device)) { tx in
+                try tx.finalQuery(seen)[0].decode(0, as: String.self)
+            }
+            #expect(write == "t/t/7s/3s/off/40s/100000")
+            let refused = await #expect(throws: PostgresError.self) {
+                try await database.asDevice(DeviceID(device), readOnly: true) { tx in
+                    try tx.finalQuery("INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), 3)")
+                }
+            }
+            #expect(refused?.sqlState == .readOnlySQLTransaction)
+            await database.pool.close()
+        }
+    }
+
     @Test func aFailingStatementRollsBackEverythingAndLeavesTheConnectionIdle() async throws {
         try await TestDatabase.withMigrated { db in
             let database = Database(pool: db.pool(size: 1))

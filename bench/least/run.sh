@@ -20,11 +20,11 @@
 #   `SELECT 1`, `SELECT get_current_device_id()` (what each policy runs once per statement), and the same lookup
 #   of the key map as a plain statement
 #   ours      the service's transaction as `serve` sends it for a device whose id it keeps (its steady state): the
-#             context statement (nine set_config calls, role included, and the kept id's check), then the
-#             repository's statements with the device's stored id bound, on the real tables: a read (get, list) in
-#             one round trip with no BEGIN or COMMIT and the context's transaction_read_only; create's insert
-#             followed by its read-back (PoopLogRepository.create). Until issue 57 "ours" was the replica of
-#             before sql/0030 (four settings fewer, no check, the device found by its key in the statement)
+#             context statement (a write's: nine set_config calls, role included; a read's: five) and the kept
+#             id's check, then the repository's statements with the device's stored id bound, on the real tables:
+#             a read (get, list) in one round trip with no BEGIN or COMMIT; create's insert alone
+#             (PoopLogRepository.create reads its row back only when it inserted none). Until issue 57 "ours" was
+#             the replica of before sql/0030 (four settings fewer, no check, the device found by its key)
 #
 #   bench/least/run.sh [BINARY]     (BINARY: the poopypals executable, default .build/debug/poopypals)
 set -euo pipefail
@@ -94,16 +94,16 @@ device="SELECT set_config('app.device_id', :k, true);"
 settings="set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('idle_in_transaction_session_timeout', '60000', true), set_config('poopypals.max_logs_per_device', '100000', true), set_config('poopypals.max_tombstones_per_device', '20000', true), set_config('poopypals.device_write_burst', '2000', true), set_config('poopypals.device_write_rate', '20', true)"
 check="CASE WHEN get_current_device_id() IS DISTINCT FROM :d::uuid THEN poopypals_device_is(:d::uuid) END"
 ctx9="SELECT $settings, $check;"
-ctx9read="SELECT $settings, set_config('transaction_read_only', 'on', true), $check;"
+# A read's context (DeviceTransaction.ContextSQL.readOnly, issue 57): no quota, write bucket or idle limit.
+ctx9read="SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('transaction_read_only', 'on', true), $check;"
 get() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") AND id = :l;"; }
 list() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") ORDER BY occurred_at DESC, id DESC LIMIT 21;"; }
 insert() { echo "INSERT INTO $1 (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), $(id "$2"), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"; }
 numbered="WITH d AS (UPDATE least.devices SET change_seq = change_seq + 1 WHERE id = $(id device_key_map) RETURNING id, change_seq) INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), d.id, now(), 4, NULL, d.change_seq FROM d ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
 sequenced="INSERT INTO least.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) SELECT gen_random_uuid(), m.id, now(), 4, NULL, nextval('least.change_seq') FROM device_key_map m, LATERAL (SELECT pg_advisory_xact_lock(hashtextextended(m.id::text, 0))) AS turn WHERE m.key = :k::uuid ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
-# The service's: the stored id bound ($2), then the read-back of the same id (here the device's seeded log: an index
-# probe that finds a row, as the service's finds the row just inserted).
+# The service's: the stored id bound ($2). Its row is read back only when the insert returned none (a repeated
+# upload, in a transaction of its own), not in every create's round trip as until issue 57.
 create="INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), :d::uuid, now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"
-readback="SELECT $cols FROM poop_logs WHERE device_id = :d::uuid AND id = :l::uuid;"
 served() { printf '%s\n' '\startpipeline' "$@" '\endpipeline'; }  # a read of one round trip: no BEGIN, no COMMIT
 script() {  # NAME STATEMENT...: the key (and a log of the device) read outside the transaction, then the statements
   local f=$WORK/$1.sql; shift
@@ -123,7 +123,7 @@ script "create_1_floor" "$(insert floor.poop_logs floor.device_key_map)"
 script "create_2_least" "$(tx "$device" "$(insert least.poop_logs device_key_map)")"
 script "create_3_sequenced" "$(tx "$device" "$sequenced")"
 script "create_4_numbered" "$(tx "$device" "$numbered")"
-script "create_5_ours" "$(tx "$ctx9" "$create" "$readback")"
+script "create_5_ours" "$(tx "$ctx9" "$create")"
 # Patch (issue 57): the device's seeded log, a random Bristol type; numbered takes the change number from one update
 # of the device row, as numbered create does; ours is PoopLogRepository.update's statement as serve sends it.
 patch() { echo "UPDATE $1 SET bristol_type = :b, updated_at = now() WHERE device_id = $(id "$2") AND id = :l RETURNING $cols;"; }

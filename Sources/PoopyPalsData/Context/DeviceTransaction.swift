@@ -77,11 +77,19 @@ public final class DeviceTransaction {
         // The context goes in at index 1 when the prefix is sent (`takePrefix()`).
         readsWithoutBegin = readOnly && !snapshot && freshAt == nil && !carried
         contextSQL = readsWithoutBegin ? .readOnly
+            : self.readOnly && !carried ? .readOnlyBegun
             : settings.requiresSynchronousStandby && !self.readOnly ? .onAStandbyFollowedServer : .plain
-        contextValues = [
+        // A read-only transaction writes nothing: the quotas and the write bucket, which only the log triggers read,
+        // are not set (issue 57: about 39 000 fewer PostgreSQL instructions per GET, callgrind). A read of one round
+        // trip is never idle inside its transaction (its pipeline is sent whole): no idle limit either.
+        contextValues = switch contextSQL {
+        case .readOnly: [UUIDText.lowercase(device.key), settings.statement, settings.lock]
+        case .readOnlyBegun: [UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction]
+        case .plain, .onAStandbyFollowedServer: [
             UUIDText.lowercase(device.key), settings.statement, settings.lock, settings.idleInTransaction,
             settings.maxLogs, settings.maxTombstones, settings.writeBurst, settings.writeRate,
         ]
+        }
         if let freshAt {
             prefix.append("SELECT NOT pg_is_in_recovery() OR coalesce(pg_last_wal_replay_lsn() >= \(freshAt.lsn)::pg_lsn, false) AS fresh")
             checksFreshness = true
@@ -171,18 +179,34 @@ public final class DeviceTransaction {
         set_config('poopypals.device_write_burst', $7, true), set_config('poopypals.device_write_rate', $8, true)
         """
 
-    /// Each context, and each with a kept id's check last ($9): PostgreSQL evaluates a target list in order, so the
-    /// check sees the role and `app.device_id` set by the calls before it (KeptDeviceIDTests: a stale id still fails
-    /// with PPD01 before the work runs).
+    /// Each context, and each with a kept id's check last (the parameter after the context's values): PostgreSQL
+    /// evaluates a target list in order, so the check sees the role and `app.device_id` set by the calls before it
+    /// (KeptDeviceIDTests: a stale id still fails with PPD01 before the work runs).
     enum ContextSQL {
-        case plain, onAStandbyFollowedServer, readOnly
-        static let checking = ", " + DeviceTransaction.keptIDCheck("$9")
-        static let plainChecking = DeviceTransaction.context + checking
-        static let onAStandbyFollowedServerChecking = DeviceTransaction.contextOnAStandbyFollowedServer + checking
-        /// A read's: the transaction refuses writes (25006) also when no BEGIN READ ONLY began it
-        /// (`readsWithoutBegin`). Setting it on is allowed at any point of a transaction (only off must come first).
-        static let readOnlyText = DeviceTransaction.context + ", set_config('transaction_read_only', 'on', true)"
-        static let readOnlyChecking = readOnlyText + checking
+        /// `plain` and `onAStandbyFollowedServer`: a transaction that may write, with every setting. `readOnly`: a read
+        /// of one round trip (`readsWithoutBegin`); `readOnlyBegun`: a read-only transaction that BEGIN began (a
+        /// snapshot, a read checking a standby's freshness). Neither sets the quotas nor the write bucket.
+        case plain, onAStandbyFollowedServer, readOnly, readOnlyBegun
+        static let plainChecking = DeviceTransaction.context + ", " + DeviceTransaction.keptIDCheck("$9")
+        static let onAStandbyFollowedServerChecking = DeviceTransaction.contextOnAStandbyFollowedServer + ", "
+            + DeviceTransaction.keptIDCheck("$9")
+        /// A read's: the role, the device, the statement and lock limits ($1…$3), and the transaction refuses writes
+        /// (25006) also when no BEGIN READ ONLY began it. Setting it on is allowed at any point of a transaction (only
+        /// off must come first).
+        static let readOnlyText = """
+            SELECT set_config('role', \(ServiceRoles.serviceRoleSQL), true), set_config('app.device_id', $1, true), \
+            set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true), \
+            set_config('transaction_read_only', 'on', true)
+            """
+        static let readOnlyChecking = readOnlyText + ", " + DeviceTransaction.keptIDCheck("$4")
+        /// A begun read-only transaction's: the same limits and the idle one ($4), which BEGIN READ ONLY already made
+        /// read-only.
+        static let readOnlyBegunText = """
+            SELECT set_config('role', \(ServiceRoles.serviceRoleSQL), true), set_config('app.device_id', $1, true), \
+            set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true), \
+            set_config('idle_in_transaction_session_timeout', $4, true)
+            """
+        static let readOnlyBegunChecking = readOnlyBegunText + ", " + DeviceTransaction.keptIDCheck("$5")
 
         func text(checkingKeptID: Bool) -> String {
             switch (self, checkingKeptID) {
@@ -192,8 +216,26 @@ public final class DeviceTransaction {
             case (.onAStandbyFollowedServer, true): Self.onAStandbyFollowedServerChecking
             case (.readOnly, false): Self.readOnlyText
             case (.readOnly, true): Self.readOnlyChecking
+            case (.readOnlyBegun, false): Self.readOnlyBegunText
+            case (.readOnlyBegun, true): Self.readOnlyBegunChecking
             }
         }
+    }
+
+    /// The context statement a request transaction sends first with the default settings (`ContextSettings.default`),
+    /// for `make bench`'s pgbench scripts, which must send what `serve` sends: its text, with the device's key as
+    /// `$1`, then `values` as `$2`, `$3`…, and with `checkingKeptID` the kept id as the parameter after them.
+    /// `readOnly`: a read of one round trip (no BEGIN); else a transaction that may write, on a server whose
+    /// synchronous standby is not required.
+    public static func contextStatement(readOnly: Bool, checkingKeptID: Bool) -> (text: String, values: [String]) {
+        let settings = ContextSettings.default
+        let sql: ContextSQL = readOnly ? .readOnly : .plain
+        let values = switch sql {
+        case .readOnly: [settings.statement, settings.lock]
+        default: [settings.statement, settings.lock, settings.idleInTransaction, settings.maxLogs, settings.maxTombstones,
+                  settings.writeBurst, settings.writeRate]
+        }
+        return (sql.text(checkingKeptID: checkingKeptID), values)
     }
 
     /// True once the transaction has begun on the server.
@@ -264,24 +306,7 @@ public final class DeviceTransaction {
         try run(query, commit: true, lookUp: resolvedID == nil)
     }
 
-    /// Runs the last two statements and commits, all in one round trip (the second runs only if the first succeeded).
-    /// Two plain statements where one would need a CTE that Citus runs in steps through the coordinator (create's
-    /// insert, then its row read back). Nothing may follow them.
-    /// - Throws: as `finalQuery(_:)`, the first failing statement's error.
-    public func finalQueries(_ first: PostgresQuery, then second: PostgresQuery) throws -> (QueryResult, QueryResult) {
-        let results = try runPipeline(first, then: second, commit: true)
-        guard let next = results.second else {
-            throw PostgresClientError(.unsupported, "the second statement of a pipeline returned nothing")
-        }
-        return (results.first, next)
-    }
-
     private func run(_ query: PostgresQuery, commit: Bool, lookUp: Bool = false) throws -> QueryResult {
-        try runPipeline(query, then: nil, commit: commit, lookUp: lookUp).first
-    }
-
-    private func runPipeline(_ query: PostgresQuery, then follow: PostgresQuery?, commit: Bool,
-                     lookUp: Bool = false) throws -> (first: QueryResult, second: QueryResult?) {
         guard !isFinished else {
             throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
         }
@@ -298,8 +323,6 @@ public final class DeviceTransaction {
         batch.reserveCapacity(prefixStatements.count + 3)
         batch.append(contentsOf: prefixStatements)
         batch.append(query)
-        if let follow { batch.append(follow) }
-        let work = follow == nil ? 1 : 2
         if lookUp { batch.append(Self.lookUpID) }
         let records = commit ? recorder : nil
         if commit {
@@ -310,15 +333,15 @@ public final class DeviceTransaction {
             if records != nil { batch.append(Self.commitPosition) }
         }
         let results = try connection.pipelineResults(batch)
-        let commitIndex = commit && !implicit ? prefixStatements.count + work + (lookUp ? 1 : 0) : nil
+        let commitIndex = commit && !implicit ? prefixStatements.count + 1 + (lookUp ? 1 : 0) : nil
         try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
         if let records, case .success(let position)? = results.last { try? record(position, in: records) }
-        if lookUp, case .success(let answer) = results[prefixStatements.count + work] {
+        if lookUp, case .success(let answer) = results[prefixStatements.count + 1] {
             let found = try answer.first?.decode(0, as: UUID?.self) ?? nil
             resolvedID = .some(found)
             if let found { keptIDs?.keep(found, for: device.key) }
         }
-        return (try results[prefixStatements.count].get(), follow == nil ? nil : try results[prefixStatements.count + 1].get())
+        return try results[prefixStatements.count].get()
     }
 
     /// Attributes a failure to its phase: the context prefix is `begin`, a failing COMMIT is `commit`, and the

@@ -50,7 +50,7 @@ enum DatabaseFloor {
         func bare(_ statement: String) -> String { "\\set n random(1, \(devices))\n\(statement)" }
         func id(_ table: String) -> String { "(SELECT d.id FROM \(table) d WHERE d.key = \(key))" }
         // Device n's log for get and patch, seeded with a fixed id.
-        let fixed = "('00000000-0000-4000-a000-' || lpad(:n::text, 12, '0'))::uuid"
+        let fixed = Scenario.pgFixedLog
         // A delete target: client c's k-th (k counts on across rounds: -D k=…), of device 1 + m % devices.
         let deleteTarget = "('00000000-0000-4000-b000-' || lpad(:m::text, 12, '0'))::uuid"
         let counter = "\\set k :k + 1\n\\set m :client_id * 1000000 + :k\n\\set n 1 + :m % \(devices)\n"

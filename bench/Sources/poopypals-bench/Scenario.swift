@@ -53,15 +53,15 @@ struct Scenario: Sendable {
     /// the repositories did before sql/0030, and their context set four settings and checked nothing.
     static let pgStoredID = "(SELECT k.id FROM bench.device_keys k WHERE k.n = :n)"
     static let pgUser = "('00000000-0000-4000-9000-' || lpad(:n::text, 12, '0'))::uuid"
-    /// Device n's fixed log (seeded by `DatabaseFloor.prepare`; before it, an id no row has): the id that get and
-    /// create's read-back look for. Until issue 57 the read-back compared the id with `gen_random_uuid()`, which
-    /// no index can take (a volatile function): the device's every log was read and compared, where ours probes.
+    /// Device n's fixed log (seeded by `DatabaseFloor.prepare`; before it, an id no row has): the id the database
+    /// floor's get looks for. Until issue 57 create's read-back compared the id with `gen_random_uuid()`, which no
+    /// index can take (a volatile function): the device's every log was read and compared, where ours probes.
     static let pgFixedLog = "('00000000-0000-4000-a000-' || lpad(:n::text, 12, '0'))::uuid"
 
-    /// `PoopLogRepository.create`'s two statements, the stored id bound: the insert, then the read-back.
+    /// `PoopLogRepository.create`'s insert, the stored id bound. (Its read-back is sent only when the insert returned
+    /// nothing, a repeated upload, in a transaction of its own: issue 57.)
     static let pgCreate = """
         INSERT INTO poop_logs (id, device_id, occurred_at, bristol_type, notes) VALUES (gen_random_uuid(), \(pgStoredID), now(), 4, NULL) ON CONFLICT (device_id, id) DO NOTHING RETURNING id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version;
-        SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) AND id = \(pgFixedLog);
         """
     /// `SyncRepository.pull`'s first page of 20 (`:after` bound, as ours is), the stored id bound.
     static let pgPull = "WITH changes AS ((SELECT 'upsert'::text AS op, l.change_seq AS seq, l.id, l.occurred_at, l.bristol_type, l.notes, l.created_at, l.updated_at, l.change_seq AS version FROM poop_logs l WHERE l.device_id = \(pgStoredID) AND l.change_seq > :after ORDER BY l.change_seq LIMIT 21) UNION ALL (SELECT 'delete', t.change_seq, t.id, NULL, NULL, NULL, NULL, NULL, NULL FROM poop_log_tombstones t WHERE t.device_id = \(pgStoredID) AND t.change_seq > :after ORDER BY t.change_seq LIMIT 21) ORDER BY 2 LIMIT 21) SELECT (SELECT d.purged_through_seq FROM devices d WHERE d.id = \(pgStoredID)) AS purged, c.* FROM (SELECT 1) AS one LEFT JOIN changes c ON true ORDER BY c.seq;"
@@ -76,25 +76,19 @@ struct Scenario: Sendable {
     static let pgNewLogs = "\\set r random(1, 999999999)"
 
     /// What `DeviceTransaction` sends first for a device whose id the instance keeps (steady state), with the
-    /// service's default settings (`RequestTimeouts`, `DeviceQuotas`, `RateLimits`): the role, the key, the three
-    /// time limits, the two quotas and the write bucket, a read's `transaction_read_only`, then the kept id's check
-    /// (for the work that names the device by its stored id: not registration's, not ensureProfile's).
+    /// service's default settings: its own text (`DeviceTransaction.contextStatement`), the key as `:k`'s device, the
+    /// settings as literals, then the kept id's check (for the work that names the device by its stored id: not
+    /// registration's, not ensureProfile's). A read's context sets no quota, write bucket or idle limit.
     static func context(readOnly: Bool = false, checksKeptID: Bool = true) -> String {
-        let timeouts = RequestTimeouts.default, quotas = DeviceQuotas.default, rates = RateLimits.default
-        func milliseconds(_ duration: Duration) -> String {
-            let (seconds, attoseconds) = duration.components
-            return String(seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        let (text, values) = DeviceTransaction.contextStatement(readOnly: readOnly, checkingKeptID: checksKeptID)
+        var bound = ["\(pgDevice)::text"] + values.map { "'\($0)'" }
+        if checksKeptID { bound.append(pgStoredID) }
+        // From the last parameter down: $1 never replaces the start of $10.
+        var sql = text
+        for (index, value) in bound.enumerated().reversed() {
+            sql = sql.replacingOccurrences(of: "$\(index + 1)", with: value)
         }
-        let settings = [("statement_timeout", milliseconds(timeouts.statement)), ("lock_timeout", milliseconds(timeouts.lock)),
-                        ("idle_in_transaction_session_timeout", milliseconds(timeouts.idleInTransaction)),
-                        ("poopypals.max_logs_per_device", String(quotas.maxLogs)),
-                        ("poopypals.max_tombstones_per_device", String(quotas.maxTombstones)),
-                        ("poopypals.device_write_burst", String(rates.writeBurst)),
-                        ("poopypals.device_write_rate", String(rates.writesPerSecond))]
-            + (readOnly ? [("transaction_read_only", "on")] : [])
-        return "SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', \(pgDevice)::text, true)"
-            + settings.map { ", set_config('\($0.0)', '\($0.1)', true)" }.joined()
-            + (checksKeptID ? ", CASE WHEN get_current_device_id() IS DISTINCT FROM \(pgStoredID) THEN poopypals_device_is(\(pgStoredID)) END;" : ";")
+        return sql + ";"
     }
 
     /// A write as the service sends it: BEGIN, the context, the statements, COMMIT, in one round trip.
