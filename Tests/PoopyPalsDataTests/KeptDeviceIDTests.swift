@@ -12,7 +12,8 @@ struct KeptDeviceIDTests {
     /// Two instances. The first keeps the device's id; through the second the device is erased and its key registered
     /// again, as a new device with a new id. The first instance's next write goes to the new device, and its reads
     /// show the new device's logs, not nothing. Without the check (poopypals_device_is answering true whatever the
-    /// id) the write was refused by the shard's policy and the list was empty.
+    /// id) the write was refused by the shard's policy and the list was empty. A create's kept id is checked by its
+    /// insert (issue 57): that insert's 42501 is taken for a stale id (without that, this create failed with 42501).
     @Test func anIdStaleThroughAnotherInstanceIsLookedUpAgain() async throws {
         try await TestDatabase.withMigrated { db in
             let (first, second) = (Database(pool: db.pool(size: 1)), Database(pool: db.pool(size: 1)))

@@ -283,9 +283,14 @@ extension Database {
 
     /// sql/0030's `poopypals_device_is`: the key no longer stands for the device id this instance kept.
     static func isStaleKeptID(_ error: any Error) -> Bool {
-        PostgresError.find(in: error)?.sqlState.rawValue == "PPD01"
+        error is StaleKeptID || PostgresError.find(in: error)?.sqlState.rawValue == "PPD01"
     }
 }
+
+/// An insert named its device by a kept id that no statement had checked, and was refused as another device's row
+/// (42501: the key stands for another device now, `DeviceTransaction.storedID(checkedByTheInsert:)`): the id is stale.
+/// `Database` looks it up again and runs the work once more, as for PPD01.
+struct StaleKeptID: Error {}
 
 /// Carries whether COMMIT had been sent when an attempt failed, out of the connection's thread.
 private struct AttemptFailure: Error {

@@ -66,11 +66,16 @@ public struct PoopLogRepository: Sendable {
             inserted = try await database.asDevice(device, idempotent: true) { tx in
                 // No device of this key: nothing to insert. Said here, not by the insert's error: on plain PostgreSQL
                 // that is a foreign key's (23503, below), on Citus a NULL distribution column's (22004), which was a 500.
-                guard let stored = try tx.storedID() else { throw RepositoryError.deviceNotRegistered }
-                return try tx.finalQuery(
-                    PostgresQuery(unsafeSQL: Self.createStatement, binds: [id, stored, new.occurredAt, new.bristolType, new.notes])
-                        .withBinaryResults()
-                ).first.map(PoopLog.init(row:))
+                // A kept id is checked by the insert itself (its trigger), not by a statement before it.
+                guard let stored = try tx.storedID(checkedByTheInsert: true) else { throw RepositoryError.deviceNotRegistered }
+                do {
+                    return try tx.finalQuery(
+                        PostgresQuery(unsafeSQL: Self.createStatement, binds: [id, stored, new.occurredAt, new.bristolType, new.notes])
+                            .withBinaryResults()
+                    ).first.map(PoopLog.init(row:))
+                } catch let error where tx.keptIDUnchecked && PostgresError.find(in: error)?.sqlState == .insufficientPrivilege {
+                    throw StaleKeptID()
+                }
             }
         } catch SQLState.foreignKeyViolation {
             throw RepositoryError.deviceNotRegistered

@@ -82,7 +82,7 @@ enum DatabaseFloor {
                  ours: oursRead("SELECT \(columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(fixed);"),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(fixed);")),
             Pair(name: "create", rows: 1,
-                 ours: ours(Scenario.pgCreate),
+                 ours: ours(Scenario.pgCreate, checksKeptID: false),
                  floor: bare("INSERT INTO floor.poop_logs (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), \(id("floor.devices")), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING \(columns);")),
             Pair(name: "patch", rows: 1,
                  ours: "\\set b random(1, 7)\n" + ours(patch("poop_logs", stored)),
