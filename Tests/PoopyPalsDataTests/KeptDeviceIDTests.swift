@@ -42,6 +42,47 @@ struct KeptDeviceIDTests {
         }
     }
 
+    /// Issue 57: a read checks a kept id in its own statement, and only when it finds no row (a row found under the
+    /// kept id and the key's own policy proves the id current). A kept id stale through another instance (the device
+    /// erased, its key registered again as a new device with a log): the first instance's get and list of the new
+    /// log find it, and the first instance keeps the new id; the get and list of a log that is not there answer
+    /// nothing, with the kept id still current. Tried: with the reads' statements not checking (the plain page and
+    /// get), the stale list and get found nothing.
+    @Test func aReadChecksAKeptIdWhenItFindsNothing() async throws {
+        try await TestDatabase.withMigrated { db in
+            let (first, second) = (Database(pool: db.pool(size: 1)), Database(pool: db.pool(size: 1)))
+            let key = try DeviceID(UUID())
+            _ = try await DeviceRepository(database: first).register(DeviceInfo(model: "old"), as: key)
+            let oldID = try #require(first.keptIDs.id(for: key.key))
+            let logs = PoopLogRepository(database: first)
+            let missing = UUID()
+            #expect(try await logs.get(missing, as: key) == nil)
+            #expect(try await logs.list(as: key).items.isEmpty)
+            #expect(first.keptIDs.id(for: key.key) == oldID)
+
+            _ = try await DeviceRepository(database: second).erase(as: key)
+            _ = try await DeviceRepository(database: second).register(DeviceInfo(model: "new"), as: key)
+            let newID = try #require(second.keptIDs.id(for: key.key))
+            let (log, _) = try await PoopLogRepository(database: second).create(NewPoopLog(occurredAt: Date(), bristolType: 5), as: key)
+            #expect(first.keptIDs.id(for: key.key) == oldID)  // stale, and not known to be yet
+
+            #expect(try await logs.get(log.id, as: key)?.bristolType == 5)
+            #expect(first.keptIDs.id(for: key.key) == newID)
+            first.keptIDs.keep(oldID, for: key.key)
+            #expect(try await logs.list(as: key).items.map(\.id) == [log.id])
+            #expect(first.keptIDs.id(for: key.key) == newID)
+            // A later page (a cursor's statement) that is empty checks too: the stale id is found out.
+            first.keptIDs.keep(oldID, for: key.key)
+            let past = LogCursor(occurredAt: Date(timeIntervalSince1970: 0), id: UUID()).encoded
+            #expect(try await logs.list(before: past, as: key).items.isEmpty)
+            #expect(first.keptIDs.id(for: key.key) == newID)
+            #expect(try await logs.get(missing, as: key) == nil)
+            #expect(first.keptIDs.id(for: key.key) == newID)
+            await first.pool.close()
+            await second.pool.close()
+        }
+    }
+
     /// Issue 59: a kept id is checked in the request's context statement (`poopypals_device_is` after its
     /// `set_config` calls), not in a statement of its own. That statement still leaves nothing in the session: were it
     /// taken for one that may (`SessionState`), the pool would reset the connection after every request, a round trip.

@@ -117,6 +117,36 @@ struct QueryPlanTests {
         }
     }
 
+    /// Issue 57: a read that checks a kept id itself (the page as a lateral subquery of one row, a LEFT JOIN) still
+    /// reads the page, not the device's history, and needs no sort: its rows come in the page's order. Custom and
+    /// generic plans, first page and a later one, over 3 000 logs.
+    @Test func aPageThatChecksAKeptIdReadsOnlyThePage() async throws {
+        try await TestDatabase.withMigrated { db in
+            let database = Database(pool: db.pool(size: 2))
+            let device = try await Self.seed(db, database)
+            let stored = try await database.asDevice(device, readOnly: true) { try $0.storedID() }
+            let cursor = LogCursor(occurredAt: Date(), id: UUID())
+            for position in [nil, cursor] {
+                let query = PoopLogRepository.listQuery(of: stored, after: position, fetch: 21, checkingKeptID: true)
+                #expect(query.sql.contains("LEFT JOIN LATERAL"))
+                let rows = try await Self.mostRowsOfAnyNode(query, as: device, database: database)
+                #expect(rows <= 21, "a node produced \(rows) rows for a page of 21")
+                let generic = try await Self.mostRowsOfAnyNode(query, as: device, database: database, generic: true)
+                #expect(generic <= 21, "the generic plan produced \(generic) rows")
+                let plan = try await database.asDevice(device) { tx in
+                    try tx.finalQuery(PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, binds: query.binds.map { $0 ?? "" })).map { try $0.decode(0, as: String.self) }
+                }
+                #expect(plan.joined().contains("Nested Loop Left Join") && !plan.joined().contains("Sort"), "\(plan.joined(separator: "\n"))")
+            }
+            let page = try await database.asDevice(device, readOnly: true) { tx in
+                let result = try tx.finalQuery(PoopLogRepository.listQuery(of: stored, after: nil, fetch: 51, checkingKeptID: true))
+                return try PoopLog.decode(result, of: result)
+            }
+            #expect(page.count == 51)
+            #expect(zip(page, page.dropFirst()).allSatisfy { $0.occurredAt > $1.occurredAt })
+        }
+    }
+
     /// The defect: with `LIMIT $n` PostgreSQL judged the generic plan dearer (it assumes a tenth of the device's
     /// rows come back) and planned "list newest" again on every request once a device had a long history. This
     /// failed before the literal limits: 16 custom plans and no generic one for the first page.
@@ -181,10 +211,15 @@ struct QueryPlanTests {
             #expect(first.sql.hasSuffix("LIMIT \(fetch)") && first.binds.count == 1 && first.binaryResults)
             #expect(after.sql.hasSuffix("LIMIT \(fetch)") && after.binds.count == 3 && after.binaryResults)
             #expect(pull.sql.contains("ORDER BY 2 LIMIT \(fetch)\n") && pull.binds == [UUIDText.lowercase(device), "7"] && pull.binaryResults)
-            statements.formUnion([first.sql, after.sql, pull.sql])
+            // And those that check a kept id (issue 57): the same page inside, the same values.
+            let firstChecking = PoopLogRepository.listQuery(of: device, after: nil, fetch: rows, checkingKeptID: true)
+            let afterChecking = PoopLogRepository.listQuery(of: device, after: cursor, fetch: rows, checkingKeptID: true)
+            #expect(firstChecking.sql.contains("LIMIT \(fetch)) AS page ON true") && firstChecking.binds == first.binds && firstChecking.binaryResults)
+            #expect(afterChecking.sql.contains("LIMIT \(fetch)) AS page ON true") && afterChecking.binds == after.binds && afterChecking.binaryResults)
+            statements.formUnion([first.sql, after.sql, pull.sql, firstChecking.sql, afterChecking.sql])
         }
         #expect(used.count == 6)
-        #expect(statements.count == 18)
+        #expect(statements.count == 30)
         // Every page size the repositories accept (plus the one row that tells whether more follow) has its size.
         #expect(PageFetch.sizes.last ?? 0 >= PoopLogRepository.pageSizes.upperBound + 1)
         #expect(PageFetch.sizes.last ?? 0 >= SyncRepository.pageSizes.upperBound + 1)

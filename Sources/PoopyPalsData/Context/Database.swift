@@ -288,7 +288,7 @@ extension Database {
 }
 
 /// An insert named its device by a kept id that no statement had checked, and was refused as another device's row
-/// (42501: the key stands for another device now, `DeviceTransaction.storedID(checkedByTheInsert:)`): the id is stale.
+/// (42501: the key stands for another device now, `DeviceTransaction.storedID(checkedBy: .theInsert)`): the id is stale.
 /// `Database` looks it up again and runs the work once more, as for PPD01.
 struct StaleKeptID: Error {}
 

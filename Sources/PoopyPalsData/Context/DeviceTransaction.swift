@@ -35,8 +35,12 @@ public final class DeviceTransaction {
     private var resolvedID: UUID??
     /// A kept id to check, with the next statement sent (`storedID()`).
     private var pendingCheck: UUID?
-    /// The stored id is a kept one that no statement checked: the insert that follows checks it (`storedID(checkedByTheInsert:)`).
+    /// The stored id is a kept one that no statement checked: the statement that follows checks it itself
+    /// (`storedID(checkedBy:)`).
     private(set) var keptIDUnchecked = false
+    /// The database is a Citus coordinator (the context is carried to the workers): a read checks a kept id in its
+    /// context, not in its own statement (`storedID(checkedBy: .theRead)`).
+    private let carried: Bool
     /// A read that begins in the round trip of its final statement sends only the context and its statements, no
     /// `BEGIN` and no `COMMIT` (issue 59: two of a GET's four statements, about 12 k instructions of our process in
     /// 293 k). The statements of one pipeline, up to its Sync, are one transaction of their own (PostgreSQL ends an
@@ -70,6 +74,7 @@ public final class DeviceTransaction {
         self.recorder = snapshot || readOnly ? nil : recorder
         self.keptIDs = keptIDs
         self.trustsKept = trustsKept
+        self.carried = carried
         var prefix: [PostgresQuery] = []
         prefix.reserveCapacity((freshAt == nil ? 2 : 3) + (carried ? settings.carried.count + 1 : 0))
         prefix.append(snapshot ? Self.beginSnapshot : readOnly ? Self.beginReadOnly : Self.begin)
@@ -143,18 +148,34 @@ public final class DeviceTransaction {
     /// has not begun: a request's first statement then costs a second round trip), and kept.
     /// - Throws: as `query(_:)`.
     public func storedID() throws -> UUID? {
-        try storedID(checkedByTheInsert: false)
+        try storedID(checkedBy: .theContext)
     }
 
-    /// `storedID()` for work whose next statement is an insert into `poop_logs`, which refuses a stale id itself: its
-    /// row trigger (sql/0040) raises PPD01 when the key stands for no device, and 42501 when it stands for another (the
-    /// row names a device that is not the key's, as row-level security would say). A kept id is then not checked
-    /// before it (issue 57: the check is about 84 000 of a create's 1 107 000 PostgreSQL instructions, callgrind), and
-    /// `keptIDUnchecked` says so: the work takes that statement's 42501 for a stale id (`StaleKeptID`).
-    func storedID(checkedByTheInsert: Bool) throws -> UUID? {
+    /// Who checks a kept id (`storedID(checkedBy:)`).
+    enum KeptIDCheck {
+        /// The context, before the next statement (`poopypals_device_is`): `storedID()`.
+        case theContext
+        /// The next statement, an insert into `poop_logs`: its row trigger (sql/0040) raises PPD01 when the key stands
+        /// for no device, and 42501 when it stands for another (the row names a device that is not the key's, as
+        /// row-level security would say); the work takes that 42501 for a stale id (`StaleKeptID`).
+        case theInsert
+        /// The next statement, a read that checks the id only when it finds no row (`PoopLogRepository`'s get and
+        /// list): a row found under the kept id and the key's own policy proves the id current; none found calls
+        /// `poopypals_device_is` in the statement (PPD01 when stale). On Citus the context checks it.
+        case theRead
+    }
+
+    /// `storedID()`, with a kept id checked by `check` (issue 57: the check in the context is about 84 000 of a
+    /// create's 1 107 000 PostgreSQL instructions and 77 000 of a GET's 345 000, callgrind). `keptIDUnchecked` says
+    /// when the next statement must check it.
+    func storedID(checkedBy check: KeptIDCheck) throws -> UUID? {
         if let resolvedID { return resolvedID }
         if trustsKept, let kept = keptIDs?.id(for: device.key) {
-            if checkedByTheInsert { keptIDUnchecked = true } else { pendingCheck = kept }
+            switch check {
+            case .theInsert: keptIDUnchecked = true
+            case .theRead where !carried: keptIDUnchecked = true
+            case .theContext, .theRead: pendingCheck = kept
+            }
             resolvedID = .some(kept)
             return kept
         }

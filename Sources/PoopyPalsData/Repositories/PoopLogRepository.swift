@@ -67,7 +67,7 @@ public struct PoopLogRepository: Sendable {
                 // No device of this key: nothing to insert. Said here, not by the insert's error: on plain PostgreSQL
                 // that is a foreign key's (23503, below), on Citus a NULL distribution column's (22004), which was a 500.
                 // A kept id is checked by the insert itself (its trigger), not by a statement before it.
-                guard let stored = try tx.storedID(checkedByTheInsert: true) else { throw RepositoryError.deviceNotRegistered }
+                guard let stored = try tx.storedID(checkedBy: .theInsert) else { throw RepositoryError.deviceNotRegistered }
                 do {
                     return try tx.finalQuery(
                         PostgresQuery(unsafeSQL: Self.createStatement, binds: [id, stored, new.occurredAt, new.bristolType, new.notes])
@@ -108,13 +108,15 @@ public struct PoopLogRepository: Sendable {
         """
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
-    static func listQuery(of device: UUID?, after position: LogCursor?, fetch: Int) -> PostgresQuery {
+    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`keptIDCheck`).
+    static func listQuery(of device: UUID?, after position: LogCursor?, fetch: Int, checkingKeptID: Bool = false) -> PostgresQuery {
         let rows = PageFetch.rows(atLeast: fetch)
         let statements = listStatements.first { $0.rows == rows } ?? makeListStatements(rows: rows)
-        let query = if let position {
-            PostgresQuery(unsafeSQL: statements.after, binds: [device, position.occurredAt, position.id])
-        } else {
-            PostgresQuery(unsafeSQL: statements.first, binds: [device])
+        let query = switch (position, checkingKeptID) {
+        case (let position?, false): PostgresQuery(unsafeSQL: statements.after, binds: [device, position.occurredAt, position.id])
+        case (let position?, true): PostgresQuery(unsafeSQL: statements.afterChecking, binds: [device, position.occurredAt, position.id])
+        case (nil, false): PostgresQuery(unsafeSQL: statements.first, binds: [device])
+        case (nil, true): PostgresQuery(unsafeSQL: statements.firstChecking, binds: [device])
         }
         // Binary: 20 rows are 60 timestamps and 20 UUIDs neither printed by the server nor parsed here.
         return query.withBinaryResults()
@@ -125,31 +127,73 @@ public struct PoopLogRepository: Sendable {
     /// time and id as `$2` and `$3` too.
     static let listStatements = PageFetch.sizes.map(makeListStatements(rows:))
 
-    static func makeListStatements(rows: Int) -> (rows: Int, first: String, after: String) {
-        (rows, """
+    static func makeListStatements(rows: Int) -> (rows: Int, first: String, after: String, firstChecking: String, afterChecking: String) {
+        let first = """
             SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
-            """, """
+            """
+        let after = """
             SELECT \(PoopLog.columns) FROM poop_logs
             WHERE device_id = $1 AND (occurred_at, id) < ($2, $3)
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
-            """)
+            """
+        return (rows, first, after, checkingKeptID(page: first), checkingKeptID(page: after))
+    }
+
+    /// A page's statement that also checks the device's kept id, only when the page is empty: the page is read as
+    /// the one-row outer side's lateral subquery (a nested loop over one row, whose rows come in the subquery's
+    /// order: a join with no join clause has no other plan), and the row a LEFT JOIN makes when the page is empty
+    /// calls `keptIDCheck` and is dropped. A row found under the kept id and the key's own policy proves the id
+    /// current (issue 57: a GET without the context's check costs PostgreSQL about 295 000 instructions, 345 000 with it;
+    /// least, the same read with only its key set, 305 000, callgrind).
+    static func checkingKeptID(page: String) -> String {
+        let inner = page.replacingOccurrences(of: "SELECT \(PoopLog.columns) FROM", with: "SELECT \(tableColumns) FROM")
+        return """
+            SELECT \(PoopLog.columns) FROM (VALUES ($1::uuid)) AS one (device) LEFT JOIN LATERAL (\(inner)) AS page ON true
+            WHERE \(keptIDCheck(found: "page.id"))
+            """
+    }
+
+    /// `PoopLog.columns` as the table names them (a subquery's, read through by `PoopLog.columns`).
+    static let tableColumns = "id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq"
+
+    /// True for a row found (`found` not null); for the row of none, the kept id (`$1`) checked: `poopypals_device_is`
+    /// (sql/0030: PPD01 when the key stands for another device or none, which `Database` takes for a stale id) called
+    /// only when the key's own id differs, else false (the row is dropped).
+    static func keptIDCheck(found: String) -> String {
+        """
+        CASE WHEN \(found) IS NOT NULL THEN true \
+        WHEN public.get_current_device_id() IS DISTINCT FROM $1::uuid THEN public.poopypals_device_is($1::uuid) ELSE false END
+        """
     }
 
     /// The log, or nil when it does not exist or belongs to another device.
     /// With `consistency`, never older than that write (see `ConsistencyToken`).
     public func get(_ id: UUID, as device: DeviceID, consistency: ConsistencyToken? = nil) async throws -> PoopLog? {
         try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
-            try tx.finalQuery(Self.getQuery(id, of: try tx.storedID())).first.map(PoopLog.init(row:))
+            let stored = try tx.storedID(checkedBy: .theRead)
+            return try tx.finalQuery(Self.getQuery(id, of: stored, checkingKeptID: tx.keptIDUnchecked)).first.map(PoopLog.init(row:))
         }
     }
 
-    static func getQuery(_ id: UUID, of device: UUID?) -> PostgresQuery {
-        PostgresQuery(unsafeSQL: getStatement, binds: [device, id]).withBinaryResults()
+    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`keptIDCheck`).
+    static func getQuery(_ id: UUID, of device: UUID?, checkingKeptID: Bool = false) -> PostgresQuery {
+        PostgresQuery(unsafeSQL: checkingKeptID ? getCheckingStatement : getStatement, binds: [device, id]).withBinaryResults()
     }
 
-    /// `getQuery`'s text, made once, not interpolated per request: every create reads its row back with it (issue 59).
+    /// `getQuery`'s texts, made once, not interpolated per request (issue 59).
     static let getStatement = "SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1 AND id = $2"
+    /// The same read as the one-row outer side's LEFT JOIN, whose row of none checks the kept id (as a page's does,
+    /// `checkingKeptID(page:)`).
+    static let getCheckingStatement = """
+        SELECT \(PoopLog.columns) FROM (VALUES ($1::uuid)) AS one (device)
+        LEFT JOIN poop_logs AS page ON page.device_id = one.device AND page.id = $2
+        WHERE \(keptIDCheck(found: "page.id"))
+        """
+
+    /// The statements a read sends for a device whose id this instance keeps (its steady state), as `make bench`'s
+    /// pgbench side sends them: a log by `$1` (the stored id) and `$2`; the first page of 21 by `$1`.
+    public static let keptIDReadStatements = (get: getCheckingStatement, list: makeListStatements(rows: 21).firstChecking)
 
     /// Logs newest first, `limit` at a time (1…200), fewer when they would not fit in `PageBytes.budget` (long
     /// notes); `before` is a `nextCursor` from an earlier page.
@@ -160,7 +204,8 @@ public struct PoopLogRepository: Sendable {
         let position = try cursor.map(LogCursor.init(encoded:))
         let logs = try await database.asDevice(device, idempotent: true, readOnly: true, consistency: consistency) { tx in
             // One more than the limit tells whether a page follows; rows past limit + 1 (`PageFetch` rounds up) are not decoded.
-            let result = try tx.finalQuery(Self.listQuery(of: try tx.storedID(), after: position, fetch: limit + 1))
+            let stored = try tx.storedID(checkedBy: .theRead)
+            let result = try tx.finalQuery(Self.listQuery(of: stored, after: position, fetch: limit + 1, checkingKeptID: tx.keptIDUnchecked))
             return try PoopLog.decode(result.prefix(limit + 1), of: result)
         }
         let fitting = PageBytes.countFitting(logs.prefix(limit).lazy.map(\.responseSizeBound))

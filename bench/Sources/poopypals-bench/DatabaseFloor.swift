@@ -44,7 +44,9 @@ enum DatabaseFloor {
         func ours(_ statement: String, checksKeptID: Bool = true) -> String {
             Scenario.pipelined(devices, statement, checksKeptID: checksKeptID)
         }
-        func oursRead(_ statement: String) -> String { Scenario.read(devices, statement) }
+        func oursRead(_ statement: String, checksKeptID: Bool = true) -> String {
+            Scenario.read(devices, statement, checksKeptID: checksKeptID)
+        }
         let stored = Scenario.pgStoredID
         // The floor: the statement alone (autocommit), as a bare client would send it.
         func bare(_ statement: String) -> String { "\\set n random(1, \(devices))\n\(statement)" }
@@ -76,10 +78,10 @@ enum DatabaseFloor {
         }
         return [
             Pair(name: "list 20", rows: 0,
-                 ours: oursRead("SELECT \(columns) FROM poop_logs WHERE device_id = \(stored) ORDER BY occurred_at DESC, id DESC LIMIT 21;"),
+                 ours: oursRead(Scenario.keptIDRead(PoopLogRepository.keptIDReadStatements.list), checksKeptID: false),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) ORDER BY occurred_at DESC, id DESC LIMIT 21;")),
             Pair(name: "get", rows: 0,
-                 ours: oursRead("SELECT \(columns) FROM poop_logs WHERE device_id = \(stored) AND id = \(fixed);"),
+                 ours: oursRead(Scenario.keptIDRead(PoopLogRepository.keptIDReadStatements.get, log: fixed), checksKeptID: false),
                  floor: bare("SELECT \(columns) FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(fixed);")),
             Pair(name: "create", rows: 1,
                  ours: ours(Scenario.pgCreate, checksKeptID: false),

@@ -106,15 +106,23 @@ struct Scenario: Sendable {
     }
 
     /// A read of one round trip as the service sends it (issue 59, 69f1a30): the read-only context and the statement,
-    /// no BEGIN and no COMMIT (the pipeline up to its Sync is one transaction).
-    static func read(_ devices: Int, _ statement: String) -> String {
+    /// no BEGIN and no COMMIT (the pipeline up to its Sync is one transaction). `checksKeptID: false` for a read that
+    /// checks the kept id itself (`keptIDRead`).
+    static func read(_ devices: Int, _ statement: String, checksKeptID: Bool = true) -> String {
         """
         \\set n random(1, \(devices))
         \\startpipeline
-        \(context(readOnly: true))
+        \(context(readOnly: true, checksKeptID: checksKeptID))
         \(statement)
         \\endpipeline
         """
+    }
+
+    /// A get or list statement as the service sends it for a device whose id it keeps: its own text
+    /// (`PoopLogRepository.keptIDReadStatements`, which checks the kept id only when it finds no row), the stored id
+    /// as `$1`, `log` as `$2`.
+    static func keptIDRead(_ text: String, log: String = "") -> String {
+        text.replacingOccurrences(of: "$2", with: log).replacingOccurrences(of: "$1", with: pgStoredID) + ";"
     }
 
     /// The same SQL as the repositories send (see PoopLogRepository, UserRepository, DeviceRepository).
@@ -122,9 +130,7 @@ struct Scenario: Sendable {
         [
             Scenario(
                 name: "list 20 newest logs",
-                pgbenchScript: read(devices, """
-                    SELECT id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version FROM poop_logs WHERE device_id = \(pgStoredID) ORDER BY occurred_at DESC, id DESC LIMIT 21;
-                    """),
+                pgbenchScript: read(devices, keptIDRead(PoopLogRepository.keptIDReadStatements.list), checksKeptID: false),
                 ours: { repositories, n in _ = try await repositories.logs.list(limit: 20, as: device(n)) }),
             Scenario(
                 name: "ensureProfile (existing user)",
