@@ -29,6 +29,8 @@
 #             the replica of before sql/0030 (four settings fewer, no check, the device found by its key)
 #
 #   bench/least/run.sh [BINARY]     (BINARY: the poopypals executable, default .build/debug/poopypals)
+#   LEAST_SCRIPTS_ONLY=DIR: set the database up, write the scripts and its URL (DIR/url) there, run nothing and
+#   leave the database (bench/least/instructions.sh counts the same transactions' instructions)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=${1:-$ROOT/.build/debug/poopypals}
@@ -140,6 +142,15 @@ script "patch_1_floor" '\set b random(1, 7)' "$(patch floor.poop_logs floor.devi
 script "patch_2_least" '\set b random(1, 7)' "$(tx "$device" "$(patch least.poop_logs device_key_map)")"
 script "patch_4_numbered" '\set b random(1, 7)' "$(tx "$device" "$patch_numbered")"
 script "patch_5_ours" '\set b random(1, 7)' "$(tx "$ctx9" "$patch_ours")"
+
+# bench/least/instructions.sh: the database and the scripts only, left for it (the database stays).
+if [ -n "${LEAST_SCRIPTS_ONLY:-}" ]; then
+  cp "$WORK"/*.sql "$LEAST_SCRIPTS_ONLY"/
+  printf '%s\n' "$CU" >"$LEAST_SCRIPTS_ONLY/url"
+  trap - EXIT
+  rm -rf "$WORK"
+  exit 0
+fi
 
 cpu() { python3 "$ROOT/bench/pg_cpu.py" "$DATA"; }  # PostgreSQL CPU seconds so far (bench/pg_cpu.py)
 backends_gone() {  # pgbench's backends exit after it does; a read before they are reaped would miss their CPU
