@@ -103,8 +103,7 @@ ctx9unchecked="SELECT $settings;"  # create's: its insert checks the kept id (Po
 # check of the kept id: get and list check it themselves, only when they find no row (PoopLogRepository
 # .keptIDReadStatements: the read as the lateral side of a LEFT JOIN from one row; the row of none calls the check).
 ctx9read="SELECT set_config('role', poopypals_service_role(), true), set_config('app.device_id', :k, true), set_config('statement_timeout', '5000', true), set_config('lock_timeout', '2000', true), set_config('transaction_read_only', 'on', true);"
-checkIfNone="WHERE CASE WHEN page.id IS NOT NULL THEN true WHEN public.get_current_device_id() IS DISTINCT FROM :d::uuid THEN public.poopypals_device_is(:d::uuid) ELSE false END"
-tablecols="id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq"
+checkIfNone() { echo "SELECT page.* FROM (VALUES (:d::uuid)) AS one (device) LEFT JOIN LATERAL ($1) AS page ON true WHERE CASE WHEN page.id IS NOT NULL THEN true ELSE ${check} END;"; }
 get() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") AND id = :l;"; }
 list() { echo "SELECT $cols FROM $1 WHERE device_id = $(id "$2") ORDER BY occurred_at DESC, id DESC LIMIT 21;"; }
 insert() { echo "INSERT INTO $1 (id, device_id, occurred_at, bristol_type, notes, change_seq) VALUES (gen_random_uuid(), $(id "$2"), now(), 4, NULL, 0) ON CONFLICT (device_id, id) DO NOTHING RETURNING $cols;"; }
@@ -121,10 +120,10 @@ script() {  # NAME STATEMENT...: the key (and a log of the device) read outside 
 tx() { printf '%s\n' '\startpipeline' 'BEGIN;' "$@" 'COMMIT;' '\endpipeline'; }
 script "get_1_floor" "$(get floor.poop_logs floor.device_key_map)"
 script "get_2_least" "$(tx "$device" "$(get least.poop_logs device_key_map)")"
-script "get_4_ours" "$(served "$ctx9read" "SELECT $cols FROM (VALUES (:d::uuid)) AS one (device) LEFT JOIN poop_logs AS page ON page.device_id = one.device AND page.id = :l $checkIfNone;")"
+script "get_4_ours" "$(served "$ctx9read" "$(checkIfNone "SELECT $cols FROM poop_logs WHERE device_id = :d::uuid AND id = :l")")"
 script "list_1_floor" "$(list floor.poop_logs floor.device_key_map)"
 script "list_2_least" "$(tx "$device" "$(list least.poop_logs device_key_map)")"
-script "list_4_ours" "$(served "$ctx9read" "SELECT $cols FROM (VALUES (:d::uuid)) AS one (device) LEFT JOIN LATERAL (SELECT $tablecols FROM poop_logs WHERE device_id = :d::uuid ORDER BY occurred_at DESC, id DESC LIMIT 21) AS page ON true $checkIfNone;")"
+script "list_4_ours" "$(served "$ctx9read" "$(checkIfNone "SELECT $cols FROM poop_logs WHERE device_id = :d::uuid ORDER BY occurred_at DESC, id DESC LIMIT 21")")"
 script "parts_1_SELECT 1" "$(tx "$device" "SELECT 1;")"
 script "parts_2_get_current_device_id()" "$(tx "$device" "SELECT get_current_device_id();")"
 script "parts_3_the key map lookup" "$(tx "$device" "SELECT m.id FROM device_key_map m WHERE m.key = :k::uuid;")"

@@ -133,8 +133,8 @@ public final class DeviceTransaction {
     /// The check of a kept id bound as `parameter`: the key's id compared with it in the statement itself, and
     /// `poopypals_device_is` (which raises PPD01, sql/0030) called only when they differ: one PL/pgSQL call a request
     /// instead of two (issue 57: about 18 000 fewer PostgreSQL instructions per request, callgrind; a GET 403 k ->
-    /// 384 k).
-    private static func keptIDCheck(_ parameter: String) -> String {
+    /// 384 k). NULL when the id is current (a read's own check, `PoopLogRepository.checkingKeptID`, drops its row on it).
+    static func keptIDCheck(_ parameter: String) -> String {
         "CASE WHEN public.get_current_device_id() IS DISTINCT FROM \(parameter)::uuid THEN public.poopypals_device_is(\(parameter)::uuid) END"
     }
     private static let lookUpID: PostgresQuery = "SELECT get_current_device_id()"

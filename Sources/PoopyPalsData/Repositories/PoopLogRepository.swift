@@ -108,7 +108,7 @@ public struct PoopLogRepository: Sendable {
         """
 
     /// Newest first after `position`, at least `fetch` rows (`PageFetch`: a literal LIMIT, possibly more rows).
-    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`keptIDCheck`).
+    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`checkingKeptID(_:)`).
     static func listQuery(of device: UUID?, after position: LogCursor?, fetch: Int, checkingKeptID: Bool = false) -> PostgresQuery {
         let rows = PageFetch.rows(atLeast: fetch)
         let statements = listStatements.first { $0.rows == rows } ?? makeListStatements(rows: rows)
@@ -137,33 +137,21 @@ public struct PoopLogRepository: Sendable {
             WHERE device_id = $1 AND (occurred_at, id) < ($2, $3)
             ORDER BY occurred_at DESC, id DESC LIMIT \(rows)
             """
-        return (rows, first, after, checkingKeptID(page: first), checkingKeptID(page: after))
+        return (rows, first, after, checkingKeptID(first), checkingKeptID(after))
     }
 
-    /// A page's statement that also checks the device's kept id, only when the page is empty: the page is read as
-    /// the one-row outer side's lateral subquery (a nested loop over one row, whose rows come in the subquery's
-    /// order: a join with no join clause has no other plan), and the row a LEFT JOIN makes when the page is empty
-    /// calls `keptIDCheck` and is dropped. A row found under the kept id and the key's own policy proves the id
-    /// current (issue 57: a GET without the context's check costs PostgreSQL about 295 000 instructions, 345 000 with it;
-    /// least, the same read with only its key set, 305 000, callgrind).
-    static func checkingKeptID(page: String) -> String {
-        let inner = page.replacingOccurrences(of: "SELECT \(PoopLog.columns) FROM", with: "SELECT \(tableColumns) FROM")
-        return """
-            SELECT \(PoopLog.columns) FROM (VALUES ($1::uuid)) AS one (device) LEFT JOIN LATERAL (\(inner)) AS page ON true
-            WHERE \(keptIDCheck(found: "page.id"))
-            """
-    }
-
-    /// `PoopLog.columns` as the table names them (a subquery's, read through by `PoopLog.columns`).
-    static let tableColumns = "id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq"
-
-    /// True for a row found (`found` not null); for the row of none, the kept id (`$1`) checked: `poopypals_device_is`
-    /// (sql/0030: PPD01 when the key stands for another device or none, which `Database` takes for a stale id) called
-    /// only when the key's own id differs, else false (the row is dropped).
-    static func keptIDCheck(found: String) -> String {
+    /// A read (a page, a log) that also checks the device's kept id (`$1`), only when it finds no row: the read is the
+    /// one-row outer side's lateral subquery (a nested loop over one row, whose rows come in the subquery's order: a
+    /// join with no join clause has no other plan), and the row a LEFT JOIN makes when it found none is the one that
+    /// calls `poopypals_device_is` (sql/0030: PPD01 when the key stands for another device or none, which `Database`
+    /// takes for a stale id), only when the key's own id differs (`DeviceTransaction.keptIDCheck`), and is dropped. A
+    /// row found under the kept id and the key's own policy proves the id current (issue 57: a GET without the
+    /// context's check costs PostgreSQL about 295 000 instructions, 345 000 with it; least, the same read with only its
+    /// key set, 305 000, callgrind).
+    static func checkingKeptID(_ read: String) -> String {
         """
-        CASE WHEN \(found) IS NOT NULL THEN true \
-        WHEN public.get_current_device_id() IS DISTINCT FROM $1::uuid THEN public.poopypals_device_is($1::uuid) ELSE false END
+        SELECT page.* FROM (VALUES ($1::uuid)) AS one (device) LEFT JOIN LATERAL (\(read)) AS page ON true
+        WHERE CASE WHEN page.id IS NOT NULL THEN true ELSE \(DeviceTransaction.keptIDCheck("$1")) END
         """
     }
 
@@ -176,20 +164,14 @@ public struct PoopLogRepository: Sendable {
         }
     }
 
-    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`keptIDCheck`).
+    /// `checkingKeptID`: the statement checks the device's kept id when it finds no row (`checkingKeptID(_:)`).
     static func getQuery(_ id: UUID, of device: UUID?, checkingKeptID: Bool = false) -> PostgresQuery {
         PostgresQuery(unsafeSQL: checkingKeptID ? getCheckingStatement : getStatement, binds: [device, id]).withBinaryResults()
     }
 
     /// `getQuery`'s texts, made once, not interpolated per request (issue 59).
     static let getStatement = "SELECT \(PoopLog.columns) FROM poop_logs WHERE device_id = $1 AND id = $2"
-    /// The same read as the one-row outer side's LEFT JOIN, whose row of none checks the kept id (as a page's does,
-    /// `checkingKeptID(page:)`).
-    static let getCheckingStatement = """
-        SELECT \(PoopLog.columns) FROM (VALUES ($1::uuid)) AS one (device)
-        LEFT JOIN poop_logs AS page ON page.device_id = one.device AND page.id = $2
-        WHERE \(keptIDCheck(found: "page.id"))
-        """
+    static let getCheckingStatement = checkingKeptID(getStatement)
 
     /// The statements a read sends for a device whose id this instance keeps (its steady state), as `make bench`'s
     /// pgbench side sends them: a log by `$1` (the stored id) and `$2`; the first page of 21 by `$1`.
