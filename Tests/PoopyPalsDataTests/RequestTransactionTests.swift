@@ -129,6 +129,55 @@ struct RequestTransactionTests {
         }
     }
 
+    /// A write of one round trip sends no BEGIN and no COMMIT (issue 59): its pipeline is its transaction, committed at
+    /// the Sync. A failure of that commit is reported as a commit's, as an explicit COMMIT's was: a constraint checked
+    /// at commit is the request's answer (nothing stored, not retried, the connection kept); a node that went down as
+    /// the commit waited (57P01, raised here by the same deferred trigger) leaves the outcome unknown, never "nothing
+    /// changed", even for idempotent work.
+    @Test func aWriteOfOneRoundTripReportsAFailedCommitAsTheCommits() async throws {
+        try await TestDatabase.withMigrated { db in
+            try await db.withConnection { conn in
+                try conn.executeScript("""
+                    CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN
+                      IF NEW.bristol_type = 6 THEN RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'check_violation'; END IF;
+                      IF NEW.bristol_type = 5 THEN RAISE EXCEPTION 'going down' USING ERRCODE = 'admin_shutdown'; END IF;
+                      RETURN NULL;
+                    END $$;
+                    CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON poop_logs DEFERRABLE INITIALLY DEFERRED
+                      FOR EACH ROW EXECUTE FUNCTION refuse_at_commit();
+                    """)
+            }
+            let database = Database(pool: db.pool(size: 1))
+            let device = UUID()
+            try await Seed.device(database, device)
+            let backend = { @Sendable () async throws -> Int32 in
+                try await database.asDevice(DeviceID(device)) { tx in try tx.finalQuery("SELECT pg_backend_pid()")[0].decode(0, as: Int32.self) }
+            }
+            let insert = { @Sendable (bristol: Int) -> PostgresQuery in
+                "INSERT INTO poop_logs (device_id, occurred_at, bristol_type) VALUES (get_current_device_id(), now(), \(bristol))"
+            }
+            let before = try await backend()
+            let refused = await #expect(throws: TransactionError.self) {
+                try await database.asDevice(DeviceID(device), idempotent: true) { tx in try tx.finalQuery(insert(6)) }
+            }
+            #expect(refused?.phase == .commit)
+            #expect(refused.map { SQLState.checkViolation ~= $0 } == true)
+            // The same connection served the next request: the failed commit left it idle, not broken.
+            #expect(try await backend() == before)
+            let unknown = await #expect(throws: OutcomeUnknown.self) {
+                try await database.asDevice(DeviceID(device), idempotent: true) { tx in try tx.finalQuery(insert(5)) }
+            }
+            #expect(unknown?.cause.contains("57P01") == true)
+            try await database.asDevice(DeviceID(device)) { tx in try tx.finalQuery(insert(4)) }
+            let stored = try await database.asDevice(DeviceID(device)) { tx in
+                try tx.finalQuery("SELECT bristol_type FROM poop_logs").map { try $0.decode(0, as: Int.self) }
+            }
+            #expect(stored == [4])
+            await database.pool.close()
+        }
+    }
+
     @Test func serializationFailuresAreRetriedOnlyForIdempotentWork() async throws {
         try await TestDatabase.withMigrated { db in
             // The request's deadline (retries included) is not what is tested: the first attempt of the suite's first

@@ -35,6 +35,22 @@ struct BinaryResultTests {
         }
     }
 
+    /// `column(named:expectedAt:)`: the column where it is expected, elsewhere when it is not there (a longer name
+    /// with the same start, another column at the place), and an error when it is nowhere.
+    @Test func aColumnIsFoundWhereExpectedElsewhereOrNotAtAll() async throws {
+        try await TestDatabase.with { db in
+            try await db.withConnection { conn in
+                let result = try conn.query("SELECT 1 AS id, 2 AS notes_long, 3 AS notes, 4 AS version")
+                #expect(try result.column(named: "id", expectedAt: 0) == 0)
+                #expect(try result.column(named: "notes", expectedAt: 1) == 2)
+                #expect(try result.column(named: "version", expectedAt: 3) == 3)
+                #expect(try result.column(named: "version", expectedAt: 9) == 3)
+                #expect(try result.column(named: "id", expectedAt: -1) == 0)
+                #expect(throws: PostgresDecodingError.self) { try result.column(named: "note", expectedAt: 2) }
+            }
+        }
+    }
+
     @Test func binaryResultsDecodeToTheSameValuesAsText() async throws {
         try await TestDatabase.with { db in
             try await db.withConnection { conn in

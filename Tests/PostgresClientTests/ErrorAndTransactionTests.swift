@@ -96,6 +96,34 @@ struct ErrorAndTransactionTests {
         }
     }
 
+    /// A batch with no BEGIN is one implicit transaction, committed at its Sync; when that commit fails (here a
+    /// deferred constraint), libpq hands the error over after every statement's result. It is the commit's error,
+    /// with its SQLSTATE, and the connection stays in use, idle (before, the batch was abandoned and the connection
+    /// with it, as if the server had broken the protocol).
+    @Test func anErrorAtTheSyncIsTheImplicitCommitsAndLeavesTheConnectionIdle() async throws {
+        try await TestDatabase.with { db in
+            try await db.withConnection { conn in
+                try conn.executeScript("""
+                    CREATE TABLE tokens (v int, CONSTRAINT tokens_v_key UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)
+                    """)
+                let context: PostgresQuery = "SELECT set_config('statement_timeout', '5s', true)"
+                let error = #expect(throws: TransactionError.self) {
+                    try conn.pipelineResults([context, "INSERT INTO tokens VALUES (1), (1)"])
+                }
+                #expect(error?.phase == .commit)
+                #expect(error.map { SQLState.uniqueViolation ~= $0 } == true)
+                #expect(conn.isOpen)
+                #expect(conn.transactionState == .idle)
+                // Nothing of the batch took effect; the statements it prepared run again.
+                #expect(try conn.query("SELECT count(*) FROM tokens")[0].decode(0, as: Int.self) == 0)
+                let results = try conn.pipelineResults([context, "INSERT INTO tokens VALUES (1), (2)"])
+                #expect(results.count == 2)
+                #expect(try results[1].get().rowsAffected == 2)
+                #expect(try conn.query("SELECT count(*) FROM tokens")[0].decode(0, as: Int.self) == 2)
+            }
+        }
+    }
+
     @Test func savepointContainsAUniqueViolationAndTheTransactionGoesOn() async throws {
         try await TestDatabase.with { db in
             try await db.withConnection { conn in

@@ -6,8 +6,8 @@ import Values
 ///
 /// Nothing is sent until the first statement: `BEGIN` and the context (service role and `app.device_id`,
 /// both transaction-local) travel in the same pipeline as that statement, and `finalQuery` adds `COMMIT` to
-/// its pipeline, so a request of one statement costs one network round trip. A read of one round trip sends neither
-/// `BEGIN` nor `COMMIT` (`readsWithoutBegin`).
+/// its pipeline, so a request of one statement costs one network round trip. A request of one round trip sends neither
+/// `BEGIN` nor `COMMIT` (`readsWithoutBegin`, `writesWithoutBegin`).
 public final class DeviceTransaction {
     public let device: DeviceID
     let connection: Connection
@@ -17,7 +17,7 @@ public final class DeviceTransaction {
     private let recorder: CommitRecorder?
     /// True while the prefix holds the standby freshness check (its answer is the prefix's third result).
     private var checksFreshness = false
-    /// BEGIN and what follows the context; the context itself is made when the prefix is sent (`takePrefix()`),
+    /// BEGIN and what follows the context; the context itself is made when the prefix is sent (`takePrefix(into:)`),
     /// with the check of a kept id in it when there is one to check by then.
     private var prefix: [PostgresQuery]?
     /// The context statement's text and its values ($1…$8).
@@ -50,6 +50,16 @@ public final class DeviceTransaction {
     /// position (its check is the prefix's third statement), not on Citus (its `SET LOCAL` statements warn outside
     /// a transaction block). A read commits nothing, so its outcome is never unknown, with or without a COMMIT.
     private let readsWithoutBegin: Bool
+    /// A write that begins in the round trip of its final statement (a create, a delete, a registration: one statement)
+    /// likewise sends no `BEGIN` and no `COMMIT` (issue 59: about 14 000 instructions of our process per POST): its
+    /// pipeline is its transaction, committed at the Sync. An error of that commit (a deferred constraint, a node that
+    /// went down while the commit waited for its standby) comes back after the statement's own result, and
+    /// `Connection.pipelineResults` throws it as `TransactionError` (phase `commit`), as an explicit COMMIT's; a
+    /// connection lost once the pipeline is sent leaves the outcome unknown, as before (`commitSent`). Not when the
+    /// commit's position is recorded (a read pool's `Consistency-Token`: `pg_current_wal_insert_lsn()` must be read
+    /// after the commit, and inside the implicit transaction it would be read before), nor on Citus (its `SET LOCAL`
+    /// statements warn outside a transaction block).
+    private let writesWithoutBegin: Bool
 
     /// - Parameter snapshot: one read-only snapshot for every statement (REPEATABLE READ READ ONLY), for
     ///   work that reads in several round trips and must see one consistent state (an export).
@@ -81,8 +91,9 @@ public final class DeviceTransaction {
         // set_config(…, true) is SET LOCAL: the role, the device and the time limits end with the transaction.
         // Every value is bound, never spliced in. The text is a constant: built once, not for every request.
         // (Only the Citus statements below splice values: our own numbers, and the key we print ourselves.)
-        // The context goes in at index 1 when the prefix is sent (`takePrefix()`).
+        // The context goes in after BEGIN when the prefix is sent (`takePrefix(into:)`).
         readsWithoutBegin = readOnly && !snapshot && freshAt == nil && !carried
+        writesWithoutBegin = !self.readOnly && self.recorder == nil && freshAt == nil && !carried
         contextSQL = readsWithoutBegin ? .readOnly
             : self.readOnly && !carried ? .readOnlyBegun
             : settings.requiresSynchronousStandby && !self.readOnly ? .onAStandbyFollowedServer : .plain
@@ -111,20 +122,26 @@ public final class DeviceTransaction {
         self.prefix = prefix
     }
 
-    /// The prefix as it is sent: BEGIN, the context (checking a kept id when one is pending: `poopypals_device_is`
-    /// evaluated after the context's `set_config` calls, in the same statement, issue 59: one statement fewer in
-    /// every request's pipeline), then the rest. nil once sent.
-    private func takePrefix() -> [PostgresQuery]? {
-        guard var statements = prefix else { return nil }
+    /// The prefix as it is sent, appended to `batch`: BEGIN (unless `withoutBegin`), the context (checking a kept id
+    /// when one is pending: `poopypals_device_is` evaluated after the context's `set_config` calls, in the same
+    /// statement, issue 59: one statement fewer in every request's pipeline), then the rest. Returns how many
+    /// statements it appended; nil once sent. (Appended in place: an array of its own, the context inserted into it
+    /// and BEGIN removed again cost about 2 000 instructions a request.)
+    private func takePrefix(into batch: inout [PostgresQuery], withoutBegin: Bool = false) -> Int? {
+        guard let statements = prefix else { return nil }
         prefix = nil
-        var values = contextValues
-        let checks = pendingCheck
-        if let checks {
-            values.append(UUIDText.lowercase(checks))
+        let start = batch.count
+        if !withoutBegin { batch.append(statements[0]) }
+        if let checks = pendingCheck {
             pendingCheck = nil
+            var values = contextValues
+            values.append(UUIDText.lowercase(checks))
+            batch.append(PostgresQuery(unsafeSQL: contextSQL.text(checkingKeptID: true), textBinds: values))
+        } else {
+            batch.append(PostgresQuery(unsafeSQL: contextSQL.text(checkingKeptID: false), textBinds: contextValues))
         }
-        statements.insert(PostgresQuery(unsafeSQL: contextSQL.text(checkingKeptID: checks != nil), textBinds: values), at: 1)
-        return statements
+        batch.append(contentsOf: statements.dropFirst())
+        return batch.count - start
     }
 
     /// A kept id's check on a transaction already begun (`runPipeline`); else it goes in the context.
@@ -304,8 +321,9 @@ public final class DeviceTransaction {
 
     /// Sends the prefix on its own (for work that starts with a savepoint or a script).
     func begin() throws {
-        guard let prefix = takePrefix() else { return }
-        try check(connection.pipelineResults(prefix), prefixCount: prefix.count, commitIndex: nil)
+        var prefix: [PostgresQuery] = []
+        guard let count = takePrefix(into: &prefix) else { return }
+        try check(connection.pipelineResults(prefix), prefixCount: count, commitIndex: nil)
     }
 
     func commit() throws {
@@ -342,18 +360,17 @@ public final class DeviceTransaction {
         guard !isFinished else {
             throw PostgresClientError(.misuse, "a statement after finalQuery(_:): the transaction is already committed")
         }
+        var batch: [PostgresQuery] = []
+        batch.reserveCapacity(4 + (prefix?.count ?? 0))
+        // A request of one round trip: its pipeline is its transaction (`readsWithoutBegin`, `writesWithoutBegin`).
+        let implicit = commit && (readsWithoutBegin || writesWithoutBegin) && prefix != nil
         // A kept id's check goes in the context when the transaction begins here; on a begun one, on its own.
-        var prefixStatements = takePrefix() ?? []
-        // A read of one round trip: its pipeline is its transaction (`readsWithoutBegin`).
-        let implicit = commit && readsWithoutBegin && !prefixStatements.isEmpty
-        if implicit { prefixStatements.removeFirst() }
+        var prefixCount = takePrefix(into: &batch, withoutBegin: implicit) ?? 0
         if let check = pendingCheck {
-            prefixStatements.append(PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [check]))
+            batch.append(PostgresQuery(unsafeSQL: Self.checkKeptID, binds: [check]))
+            prefixCount += 1
             pendingCheck = nil
         }
-        var batch: [PostgresQuery] = []
-        batch.reserveCapacity(prefixStatements.count + 3)
-        batch.append(contentsOf: prefixStatements)
         batch.append(query)
         if lookUp { batch.append(Self.lookUpID) }
         let records = commit ? recorder : nil
@@ -364,16 +381,23 @@ public final class DeviceTransaction {
             // After the COMMIT, in the same round trip: where it reached, for the response's Consistency-Token.
             if records != nil { batch.append(Self.commitPosition) }
         }
-        let results = try connection.pipelineResults(batch)
-        let commitIndex = commit && !implicit ? prefixStatements.count + 1 + (lookUp ? 1 : 0) : nil
-        try check(results, prefixCount: prefixStatements.count, commitIndex: commitIndex)
+        let results: [Result<QueryResult, any Error>]
+        do {
+            results = try connection.pipelineResults(batch)
+        } catch let error as TransactionError where error.phase == .commit && readOnly {
+            // A read's implicit transaction failed to end: it had committed nothing, so its error is not a commit's
+            // (whose outcome may be unknown) but the read's own.
+            throw error.underlying
+        }
+        let commitIndex = commit && !implicit ? prefixCount + 1 + (lookUp ? 1 : 0) : nil
+        try check(results, prefixCount: prefixCount, commitIndex: commitIndex)
         if let records, case .success(let position)? = results.last { try? record(position, in: records) }
-        if lookUp, case .success(let answer) = results[prefixStatements.count + 1] {
+        if lookUp, case .success(let answer) = results[prefixCount + 1] {
             let found = try answer.first?.decode(0, as: UUID?.self) ?? nil
             resolvedID = .some(found)
             if let found { keptIDs?.keep(found, for: device.key) }
         }
-        return try results[prefixStatements.count].get()
+        return try results[prefixCount].get()
     }
 
     /// Attributes a failure to its phase: the context prefix is `begin`, a failing COMMIT is `commit`, and the

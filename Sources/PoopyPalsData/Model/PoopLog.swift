@@ -43,14 +43,15 @@ public struct PoopLog: Sendable, Equatable, Codable {
     struct Columns {
         let id, occurredAt, bristolType, notes, createdAt, updatedAt, version: Int
 
+        /// Each looked for first where `PoopLog.columns` puts it (first, in that order), then anywhere.
         init(_ result: QueryResult) throws {
-            id = try result.column(named: "id")
-            occurredAt = try result.column(named: "occurred_at")
-            bristolType = try result.column(named: "bristol_type")
-            notes = try result.column(named: "notes")
-            createdAt = try result.column(named: "created_at")
-            updatedAt = try result.column(named: "updated_at")
-            version = try result.column(named: "version")
+            id = try result.column(named: "id", expectedAt: 0)
+            occurredAt = try result.column(named: "occurred_at", expectedAt: 1)
+            bristolType = try result.column(named: "bristol_type", expectedAt: 2)
+            notes = try result.column(named: "notes", expectedAt: 3)
+            createdAt = try result.column(named: "created_at", expectedAt: 4)
+            updatedAt = try result.column(named: "updated_at", expectedAt: 5)
+            version = try result.column(named: "version", expectedAt: 6)
         }
     }
 

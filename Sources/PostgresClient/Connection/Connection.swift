@@ -249,7 +249,10 @@ public final class Connection {
     }
 
     /// Like `pipeline(_:)`, but reports each statement's outcome: statements after a failure come back as
-    /// `PostgresClientError` "skipped". Throws only when nothing could be sent or the connection broke.
+    /// `PostgresClientError` "skipped". Throws when nothing could be sent or the connection broke, and
+    /// `TransactionError` (phase `commit`) when every statement succeeded and the implicit transaction they made
+    /// failed to commit at the Sync (a deferred constraint; the server's error, its SQLSTATE kept): nothing of the
+    /// batch took effect, and the connection is left idle.
     ///
     /// A cached statement that went stale under the service (an online `ALTER COLUMN … TYPE` makes the server
     /// answer 0A000 "cached plan must not change result type"; `DEALLOCATE ALL` or a pooler makes it 26000) is
@@ -338,14 +341,30 @@ public final class Connection {
                 results.append(.success(result))
             }
         }
-        guard let sync = PQgetResult(pointer) else { throw abandonPipeline(goodbye: Self.goodbye(in: results)) }
+        guard var sync = PQgetResult(pointer) else { throw abandonPipeline(goodbye: Self.goodbye(in: results)) }
+        // An error after every statement's results and before the Sync's, every statement having succeeded: the commit
+        // of the implicit transaction the batch was (a batch with no BEGIN ends its transaction at the Sync) failed.
+        // libpq hands it over as a result of its own, then a NULL, then the Sync's. (After a failed statement, an error
+        // there is the connection's end: said below, with the server's goodbye among the statements' results.)
+        var failedAtSync: PostgresError?
+        if PQresultStatus(sync) == PGRES_FATAL_ERROR, !results.contains(where: { if case .failure = $0 { true } else { false } }) {
+            let failure = QueryResult(taking: sync).serverError
+            guard isOpen, let failure else { throw abandonPipeline(goodbye: failure) }
+            if failure.sqlState.meansTheNodeIsUnfit { shouldDiscard = true }
+            failedAtSync = failure
+            while let extra = PQgetResult(pointer) { PQclear(extra) }
+            guard let next = PQgetResult(pointer) else { throw abandonPipeline(goodbye: failure) }
+            sync = next
+        }
         let syncStatus = PQresultStatus(sync)
         PQclear(sync)
         guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(pointer) == 1 else {
-            throw abandonPipeline(goodbye: Self.goodbye(in: results))
+            throw abandonPipeline(goodbye: failedAtSync ?? Self.goodbye(in: results))
         }
 
+        // (A statement prepared in a batch that failed to commit stays prepared: PREPARE is not transactional.)
         for (sql, name, persists) in prepared { statements.insert(sql, name: name, persists: persists) }
+        if let failedAtSync { throw TransactionError(phase: .commit, underlying: failedAtSync) }
         // Only the first failure is the server's verdict; the rest were skipped because of it.
         guard let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } }),
               case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }

@@ -40,7 +40,7 @@ enum DatabaseFloor {
         let key = Scenario.pgDevice
         let columns = "id, occurred_at, bristol_type, notes, created_at, updated_at, change_seq AS version"
         // Ours: as the service sends it for a device whose id it keeps (`Scenario.context`, the stored id bound);
-        // reads of one round trip without BEGIN and COMMIT.
+        // requests of one round trip (reads and writes) without BEGIN and COMMIT.
         func ours(_ statement: String, checksKeptID: Bool = true) -> String {
             Scenario.pipelined(devices, statement, checksKeptID: checksKeptID)
         }
@@ -90,7 +90,7 @@ enum DatabaseFloor {
                  ours: "\\set b random(1, 7)\n" + ours(patch("poop_logs", stored)),
                  floor: "\\set b random(1, 7)\n" + bare(patch("floor.poop_logs", id("floor.devices")))),
             Pair(name: "delete", rows: 1,
-                 ours: counter + "\\startpipeline\nBEGIN;\n\(Scenario.context())\nDELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(deleteTarget);\nCOMMIT;\n\\endpipeline\n",
+                 ours: counter + "\\startpipeline\n\(Scenario.context())\nDELETE FROM poop_logs WHERE device_id = \(stored) AND id = \(deleteTarget);\n\\endpipeline\n",
                  floor: counter + "DELETE FROM floor.poop_logs WHERE device_id = \(id("floor.devices")) AND id = \(deleteTarget);\n",
                  transactions: deletesPerRun),
             Pair(name: "ensureProfile (existing)", rows: 0,

@@ -173,6 +173,13 @@ enum InstructionCount {
         // Its `totals:` line, checked against the functions' own counts (`CallgrindProfile`): the `summary:` line
         // can differ from it (by 1 % in a server dump, by half in a dump taken at `--dump-before`).
         let total = try CallgrindProfile(parsing: String(contentsOf: newest, encoding: .utf8)).total
+        // `BENCH_KEEP_DUMPS=DIR` keeps each dump there, for `callgrind_annotate` (where the instructions go).
+        if let keep = ProcessInfo.processInfo.environment["BENCH_KEEP_DUMPS"], !keep.isEmpty {
+            try FileManager.default.createDirectory(atPath: keep, withIntermediateDirectories: true)
+            let kept = URL(fileURLWithPath: keep).appendingPathComponent(newest.deletingLastPathComponent().lastPathComponent + "-" + newest.lastPathComponent)
+            try? FileManager.default.removeItem(at: kept)
+            try FileManager.default.copyItem(at: newest, to: kept)
+        }
         try FileManager.default.removeItem(at: newest)
         return total
     }

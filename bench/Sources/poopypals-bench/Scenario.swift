@@ -92,15 +92,14 @@ struct Scenario: Sendable {
         return sql + ";"
     }
 
-    /// A write as the service sends it: BEGIN, the context, the statements, COMMIT, in one round trip.
+    /// A write of one round trip as the service sends it (issue 59, `DeviceTransaction.writesWithoutBegin`): the context
+    /// and the statement, no BEGIN and no COMMIT (the pipeline up to its Sync is one transaction, committed there).
     static func pipelined(_ devices: Int, _ statement: String, checksKeptID: Bool = true) -> String {
         """
         \\set n random(1, \(devices))
         \\startpipeline
-        BEGIN;
         \(context(checksKeptID: checksKeptID))
         \(statement)
-        COMMIT;
         \\endpipeline
         """
     }
