@@ -1,6 +1,12 @@
 // swift-tools-version:6.1
 import PackageDescription
 
+// SE-0461: an `async` function runs on its caller's executor (a request's task already runs on the pool's), with no
+// executor switch at each call; 45 of them per `POST /v1/logs` cost about 200 instructions each (issue 59). A
+// function that must run elsewhere says so (`@concurrent`). Changing this flag needs a clean build of the targets
+// that import these modules (the mangling of their async function types changes).
+let nonsending: [SwiftSetting] = [.enableUpcomingFeature("NonisolatedNonsendingByDefault")]
+
 let package = Package(
     name: "poopypals",
     platforms: [.macOS(.v15)],
@@ -47,7 +53,8 @@ let package = Package(
                 "CLibPQExit",
                 "Values",
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: nonsending
         ),
         .target(
             name: "PoopyPalsData",
@@ -58,7 +65,8 @@ let package = Package(
                 .product(name: "ExtrasBase64", package: "swift-extras-base64"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
-            ]
+            ],
+            swiftSettings: nonsending
         ),
         .target(
             name: "PoopyPalsHTTP",
@@ -77,7 +85,8 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
-            ]
+            ],
+            swiftSettings: nonsending
         ),
         .executableTarget(
             name: "poopypals",

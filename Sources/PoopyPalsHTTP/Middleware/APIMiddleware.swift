@@ -28,7 +28,8 @@ struct APIMiddleware: RouterMiddleware {
     /// the database while the release cannot serve it.
     var schema: SchemaGate? = nil
 
-    func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+    // `@concurrent`, as Hummingbird's requirement is (this module's async functions are nonsending: Package.swift).
+    @concurrent func handle(_ request: Request, context: APIContext, next: @concurrent (Request, APIContext) async throws -> Response) async throws -> Response {
         var context = context
         let id = Self.sane(request.headers.value(of: .requestID)) ?? UUIDText.lowercase(UUIDText.random())
         // Handlers' log lines name it themselves: setting it on the context's logger re-rendered the logger's

@@ -14,7 +14,8 @@ struct ErrorMiddleware: RouterMiddleware {
     /// When given, a path that exists with other methods is a 405 naming them (`Allow`), not a 404.
     let routes: RouteTable?
 
-    func handle(_ request: Request, context: APIContext, next: (Request, APIContext) async throws -> Response) async throws -> Response {
+    // `@concurrent`, as Hummingbird's requirement is (this module's async functions are nonsending: Package.swift).
+    @concurrent func handle(_ request: Request, context: APIContext, next: @concurrent (Request, APIContext) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
         } catch {
