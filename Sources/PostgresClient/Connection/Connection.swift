@@ -346,8 +346,10 @@ public final class Connection {
         // of the implicit transaction the batch was (a batch with no BEGIN ends its transaction at the Sync) failed.
         // libpq hands it over as a result of its own, then a NULL, then the Sync's. (After a failed statement, an error
         // there is the connection's end: said below, with the server's goodbye among the statements' results.)
+        // Only the first failure is the server's verdict; the rest were skipped because of it.
+        let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } })
         var failedAtSync: PostgresError?
-        if PQresultStatus(sync) == PGRES_FATAL_ERROR, !results.contains(where: { if case .failure = $0 { true } else { false } }) {
+        if PQresultStatus(sync) == PGRES_FATAL_ERROR, failed == nil {
             let failure = QueryResult(taking: sync).serverError
             guard isOpen, let failure else { throw abandonPipeline(goodbye: failure) }
             if failure.sqlState.meansTheNodeIsUnfit { shouldDiscard = true }
@@ -365,9 +367,7 @@ public final class Connection {
         // (A statement prepared in a batch that failed to commit stays prepared: PREPARE is not transactional.)
         for (sql, name, persists) in prepared { statements.insert(sql, name: name, persists: persists) }
         if let failedAtSync { throw TransactionError(phase: .commit, underlying: failedAtSync) }
-        // Only the first failure is the server's verdict; the rest were skipped because of it.
-        guard let failed = results.firstIndex(where: { if case .failure = $0 { true } else { false } }),
-              case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }
+        guard let failed, case .failure(let error as PostgresError) = results[failed] else { return (results, nil) }
         let fromCache = fresh[failed] == nil && configuration.statementCache && !queries[failed].oneOff
         switch error.sqlState {
         case .featureNotSupported where fromCache:
